@@ -1,0 +1,43 @@
+# The two commands a fresh machine needs are `make demo` and `make test`; both prepare
+# everything themselves (tests/tools/bootstrap.sh) and are safe to repeat.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+PYTEST_WORKERS ?= auto
+
+.PHONY: bootstrap collection demo test sanity units integration lint contract bench lock clean
+
+bootstrap:
+	@tests/tools/bootstrap.sh
+
+collection: bootstrap
+	@tests/tools/collection-tree.sh >/dev/null
+
+demo: collection
+	python tests/demo/fleet_reset_demo.py
+
+test: sanity units lint integration
+	@echo "all test tiers passed"
+
+sanity: collection
+	cd .build/ansible_collections/gpufleet/sglang && ansible-test sanity --venv --python 3.11 --color no
+
+units: collection
+	cd .build/ansible_collections/gpufleet/sglang && ansible-test units --venv --python 3.11 --color no
+
+lint: collection
+	cd .build/ansible_collections/gpufleet/sglang && ansible-lint --profile production --strict
+
+integration: collection
+	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/integration
+
+bench: collection
+	python tests/bench/wait_clean_latency.py
+
+lock:
+	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \
+	  .build/lock/bin/pip freeze --exclude-editable | sort > tests/requirements.txt
+
+clean:
+	rm -rf .build tests/simgpu/build

@@ -1,0 +1,93 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+name: gpu_reset_table
+short_description: Render gpu_reset reports of several hosts as one table
+version_added: 0.1.0
+description:
+  - Takes a mapping of host name to the C(gpu_reset_report) fact that the gpufleet.sglang.gpu_reset
+    role leaves on each host, and returns the lines of a table with one row per GPU; index and
+    used memory in MiB before and after the reset (the columns of
+    C(nvidia-smi --query-gpu=index,memory.used)), and the processes that held each GPU with what
+    happened to them.
+  - Processes stopped only because they shared a session or process group with a GPU holder
+    follow on lines of their own.
+options:
+  _input:
+    description: Host name to C(gpu_reset_report).
+    type: dict
+    required: true
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
+'''
+
+EXAMPLES = r'''
+- name: Print one table for the whole play
+  ansible.builtin.debug:
+    msg: >-
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'gpu_reset_report')))
+         | gpufleet.sglang.gpu_reset_table }}
+  run_once: true
+'''
+
+RETURN = r'''
+_value:
+  description: The table, one string per line, columns aligned.
+  type: list
+  elements: str
+'''
+
+from ansible.errors import AnsibleFilterError
+
+
+def _fate(proc: dict, killed: dict, spared: dict) -> str:
+    pid = proc['pid']
+    if pid in killed:
+        row = killed[pid]
+        if row.get('signal') is None and row.get('seconds_to_exit') is None:
+            return 'would be stopped'
+        return 'stopped by %s after %.2fs' % (row['signal'], row['seconds_to_exit']) if row.get('signal') else 'exited'
+    if pid in spared:
+        return 'spared: ' + spared[pid]['reason']
+    return 'left alone'
+
+
+def _holder(proc: dict, killed: dict, spared: dict) -> str:
+    return 'pid %d %s %s MiB (%s)' % (proc['pid'], proc.get('cmdline') or '<not visible>',
+                                     '?' if proc.get('used_mib') is None else proc['used_mib'], _fate(proc, killed, spared))
+
+
+def gpu_reset_table(reports: dict) -> list[str]:
+    if not isinstance(reports, dict):
+        raise AnsibleFilterError('gpu_reset_table expects a mapping of host name to gpu_reset_report, got %s' % type(reports).__name__)
+    rows = [('HOST', 'GPU', 'BEFORE MiB', 'AFTER MiB', 'HELD BY (before the reset)')]
+    extra = []
+    for host in sorted(reports):
+        report = reports[host]
+        if not isinstance(report, dict) or 'before' not in report:
+            rows.append((host, '-', '-', '-', 'no report (the host failed or was skipped)'))
+            continue
+        killed = dict((p['pid'], p) for p in report.get('killed') or [])
+        spared = dict((p['pid'], p) for p in report.get('spared') or [])
+        after = dict((g['index'], g) for g in report.get('after') or [])
+        for gpu in report['before']:
+            holders = [_holder(p, killed, spared) for p in gpu.get('processes') or []] or ['-']
+            used_after = after.get(gpu['index'], {}).get('used_mib', '?')
+            rows.append((host, str(gpu['index']), str(gpu['used_mib']), str(used_after), holders[0]))
+            rows.extend(('', '', '', '', h) for h in holders[1:])
+        for proc in report.get('killed') or []:
+            if not proc.get('gpus'):
+                extra.append('%s: also pid %d %s (%s: %s)' % (host, proc['pid'], proc['cmdline'], proc['reason'], _fate(proc, killed, spared)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ['  '.join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2]), r[3].rjust(widths[3]), r[4]]).rstrip()
+             for r in rows]
+    return lines + extra
+
+
+class FilterModule:
+    def filters(self):
+        return {'gpu_reset_table': gpu_reset_table}

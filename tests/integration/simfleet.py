@@ -1,0 +1,158 @@
+"""Simulated GPU hosts driven through the real ansible CLIs (tests, demo and benchmarks).
+
+Each simulated host is a state directory of tests/simgpu with an interpreter wrapper that loads
+the simulated libnvidia-ml.so.1; inventories point ansible_python_interpreter at the wrapper with
+ansible_connection=local, so the modules run exactly as on a real host and know nothing of the
+simulation. Holders are real processes, signalled for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SIMGPU = REPO / 'tests' / 'simgpu'
+sys.path.insert(0, str(SIMGPU))
+
+from simgpu.host import create_host, set_option  # noqa: E402  pylint: disable=wrong-import-position
+from simgpu.interpreter import write_interpreter  # noqa: E402  pylint: disable=wrong-import-position
+
+VENV_BIN = Path(sys.executable).parent
+_ONELINE = re.compile(r'^(\S+) \| ([A-Z!]+)(?: \| rc=\d+)? => (\{.*\})$')
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = 'condition'):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError('timed out after %.1fs waiting for %s' % (timeout, what))
+        time.sleep(interval)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+    except FileNotFoundError:
+        return False
+
+
+def ansible_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(
+        PATH='%s:%s' % (VENV_BIN, env.get('PATH', '')),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'),
+        ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'),
+        ANSIBLE_HOST_KEY_CHECKING='False',
+        ANSIBLE_RETRY_FILES_ENABLED='False',
+        ANSIBLE_NOCOLOR='1',
+        ANSIBLE_DEPRECATION_WARNINGS='False',
+        PYTHONPATH=str(SIMGPU),
+    )
+    env.update(extra)
+    return env
+
+
+class Holder:
+    def __init__(self, proc: subprocess.Popen, ready: Path) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        wait_for(lambda: ready.exists() or proc.poll() is not None, what='holder %d to be ready' % proc.pid)
+        if proc.poll() is not None:
+            raise AssertionError('holder exited with %s' % proc.returncode)
+        self.info = dict(line.split('=', 1) for line in ready.read_text().split())
+
+
+class SimHost:
+    """One simulated GPU host on this machine."""
+
+    def __init__(self, root: Path, name: str, **config) -> None:
+        self.name = name
+        self.root = root
+        self.state_dir = root / name
+        config.setdefault('gpu_count', 4)
+        config.setdefault('total_mib', 81559)
+        config.setdefault('release_delay_ms', 300)
+        create_host(self.state_dir, **config)
+        self.python = write_interpreter(self.state_dir, sys.executable)
+        self.procs: list[subprocess.Popen] = []
+        self._n = 0
+
+    def set(self, key: str, value) -> None:
+        set_option(self.state_dir, key, value)
+
+    def inventory_line(self, python: Path | str | None = None) -> str:
+        return '%s ansible_connection=local ansible_python_interpreter=%s' % (self.name, python or self.python)
+
+    def hold(self, gpu: int, mib: int, title: str | None = None, *extra: str) -> Holder:
+        """A process holding `mib` MiB on `gpu`, in a session of its own, titled like a real one."""
+        self._n += 1
+        ready = self.root / ('%s.ready.%d' % (self.name, self._n))
+        argv = [sys.executable, '-m', 'simgpu.hold', '--state-dir', str(self.state_dir), '--gpu', str(gpu), '--mib', str(mib),
+                '--ready-file', str(ready)]
+        if title:
+            argv += ['--title', title]
+        proc = subprocess.Popen(argv + list(extra), env=ansible_env(), start_new_session=True)
+        self.procs.append(proc)
+        return Holder(proc, ready)
+
+    def launch_fake_server(self, *specs: str) -> dict:
+        """A process tree shaped like SGLang's (see fake_launcher.py); returns its pids."""
+        self._n += 1
+        ready = self.root / ('%s.launcher.%d' % (self.name, self._n))
+        proc = subprocess.Popen([sys.executable, str(REPO / 'tests' / 'integration' / 'fake_launcher.py'), str(self.state_dir), str(ready)]
+                                + list(specs), env=ansible_env(), start_new_session=True)
+        self.procs.append(proc)
+        holder = Holder(proc, ready)
+        return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']),
+                    schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
+
+    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False,
+               python: Path | str | None = None) -> dict:
+        """Run gpufleet.sglang.<name> through the `ansible` CLI; return its result (with 'failed')."""
+        inventory = self.root / ('%s.ini' % self.name)
+        inventory.write_text('[gpu_servers]\n%s\n' % self.inventory_line(python))
+        argv = ['ansible', self.name, '-i', str(inventory), '-o', '-m', 'gpufleet.sglang.%s' % name]
+        if args:
+            argv += ['-a', json.dumps(args)]
+        if check:
+            argv.append('--check')
+        if diff:
+            argv.append('--diff')
+        out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+        for line in out.stdout.splitlines():
+            match = _ONELINE.match(line)
+            if match:
+                result = json.loads(match.group(3))
+                result.setdefault('failed', 'FAILED' in match.group(2))
+                return result
+        raise AssertionError('no module result in ansible output:\n%s\n%s' % (out.stdout, out.stderr))
+
+    def playbook(self, playbook: Path | str, *args: str, hosts: list[SimHost] | None = None) -> subprocess.CompletedProcess:
+        """Run ansible-playbook over this host (and `hosts`) as the gpu_servers group."""
+        inventory = self.root / 'fleet.ini'
+        inventory.write_text('[gpu_servers]\n%s\n' % '\n'.join(h.inventory_line() for h in [self] + list(hosts or [])))
+        return subprocess.run(['ansible-playbook', '-i', str(inventory), str(playbook)] + list(args),
+                              env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            for sig in (signal.SIGKILL,):
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

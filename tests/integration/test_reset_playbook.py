@@ -1,0 +1,52 @@
+"""playbooks/reset.yml over several simulated hosts, as the demo and a user run it."""
+
+from __future__ import annotations
+
+import re
+
+from simfleet import REPO, alive
+
+PLAYBOOK = REPO / 'playbooks' / 'reset.yml'
+
+
+def test_fleet_reset_kills_waits_reports_and_is_idempotent(make_host):
+    a = make_host('gpu-a')
+    b = make_host('gpu-b', gpu_count=2)
+    server_a = a.launch_fake_server('0:30000', '1:30000', '2:30000', '3:30000')
+    stubborn = b.hold(0, 16000, 'sglang::scheduler_TP0', '--ignore-sigterm')
+    bystander = b.hold(1, 2048, 'python train.py')
+
+    check = a.playbook(PLAYBOOK, '--check', '-e', 'gpu_reset_install_python_deps=false', hosts=[b])
+    # Check mode predicts everything, including that gpu-b would fail on its spared process.
+    assert check.returncode != 0, check.stdout + check.stderr
+    assert re.search(r'gpu-a\s+:\s+ok=\d+\s+changed=1\s+unreachable=0\s+failed=0', check.stdout)
+    assert alive(stubborn.pid) and all(alive(p) for p in server_a['schedulers'])
+    assert 'would be stopped' in check.stdout
+
+    run = a.playbook(PLAYBOOK, '-e', 'gpu_reset_grace_period=1', '-e', 'gpu_reset_install_python_deps=false', hosts=[b])
+    # gpu-b keeps a GPU held by a spared process: that host fails, saying so, after the rest is reset.
+    assert run.returncode != 0
+    out = run.stdout
+    assert "GPU(s) 1 are still held by processes this reset spares: pid %d 'python train.py'" % bystander.pid in out
+    assert not alive(stubborn.pid) and not any(alive(p) for p in server_a['schedulers'] + [server_a['launcher']])
+    assert alive(bystander.pid)
+    # One table for the fleet: index, MiB before and after, and what held each GPU.
+    assert re.search(r'HOST\s+GPU\s+BEFORE MiB\s+AFTER MiB\s+HELD BY', out)
+    assert re.search(r'gpu-a\s+0\s+30000\s+0\s+pid %d sglang::scheduler_TP0 30000 MiB \(stopped by SIGTERM' % server_a['schedulers'][0], out)
+    assert re.search(r'gpu-b\s+0\s+16000\s+0\s+pid %d sglang::scheduler_TP0 16000 MiB \(stopped by SIGKILL' % stubborn.pid, out)
+    assert re.search(r'gpu-b\s+1\s+2048\s+2048\s+pid %d python train.py 2048 MiB \(spared: does not match the pattern\)' % bystander.pid, out)
+    assert 'gpu-a: also pid %d python3 -m sglang.launch_server' % server_a['launcher'] in out
+
+    again = a.playbook(PLAYBOOK, '-e', 'gpu_reset_install_python_deps=false', '-e', 'gpu_reset_fail_on_spared=false', hosts=[b])
+    assert again.returncode == 0, again.stdout
+    assert re.search(r'gpu-a\s+:\s+ok=\d+\s+changed=0', again.stdout), again.stdout
+    assert re.search(r'gpu-b\s+:\s+ok=\d+\s+changed=0', again.stdout), again.stdout
+
+
+def test_unknown_gpu_fails_the_host_before_anything_is_stopped(make_host):
+    a = make_host('gpu-a', gpu_count=2)
+    server = a.hold(0, 1000, 'sglang::scheduler_TP0')
+    run = a.playbook(PLAYBOOK, '-e', '{"gpu_reset_gpus": ["5"], "gpu_reset_install_python_deps": false}')
+    assert run.returncode != 0
+    assert 'gpu_reset_gpus' in run.stdout or 'gpus: GPU 5 does not exist' in run.stdout
+    assert alive(server.pid)

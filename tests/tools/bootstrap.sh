@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Prepares this machine for the demo and the tests, idempotently:
+#   - system packages (only when run as root and only those missing),
+#   - the pinned virtual environment in .venv (rebuilt when tests/requirements.txt changes),
+#   - ansible-test's offline pip bootstrap,
+#   - the simulated NVML library.
+# Package indexes and mirrors come from the machine's own apt sources and pip configuration.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+python=${PYTHON:-python3}
+venv=$root/.venv
+
+# System packages this project needs beyond python3, gcc and make.
+system_packages=(python3-venv)
+
+log() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+install_system_packages() {
+  local missing=() pkg
+  command -v dpkg-query >/dev/null 2>&1 || return 0
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing system packages (run as root or install them): ${missing[*]}"
+    return 0
+  fi
+  log "installing system packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Only needed where the interpreter lacks venv/ensurepip (Debian's split python3).
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  install_system_packages "${system_packages[@]}"
+fi
+install_system_packages ${EXTRA_SYSTEM_PACKAGES:-}
+
+stamp=$venv/.requirements.sha256
+want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "creating $venv from tests/requirements.txt"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --requirement tests/requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+# ansible-test fetches a get-pip script from a host that is unreachable here; it uses a cached
+# copy when one exists, so give it one per pip version it may ask for.
+cache=$HOME/.ansible/test/cache
+mkdir -p "$cache"
+for version in $("$venv/bin/python" - <<'PY'
+import re, pathlib, ansible_test
+src = pathlib.Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
+print(" ".join(sorted(set(re.findall(r"pip='([0-9.]+)'", src.read_text())))))
+PY
+); do
+  install -m 0644 tests/tools/ansible_test_get_pip.py "$cache/get_pip_${version//./_}.py"
+done
+
+make --no-print-directory -s -C tests/simgpu
