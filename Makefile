@@ -14,10 +14,10 @@ bootstrap:
 collection: bootstrap
 	@tests/tools/collection-tree.sh >/dev/null
 
-demo: collection
+demo: bootstrap
 	python tests/demo/fleet_reset_demo.py
 
-test: sanity units lint integration
+test: sanity units lint integration contract
 	@echo "all test tiers passed"
 
 sanity: collection
@@ -31,6 +31,9 @@ lint: collection
 
 integration: collection
 	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/integration
+
+contract: bootstrap
+	python -m pytest -p no:cacheprovider tests/contract
 
 bench: collection
 	python tests/bench/wait_clean_latency.py

@@ -57,8 +57,8 @@ def _fate(proc: dict, killed: dict, spared: dict) -> str:
 
 
 def _holder(proc: dict, killed: dict, spared: dict) -> str:
-    return 'pid %d %s %s MiB (%s)' % (proc['pid'], proc.get('cmdline') or '<not visible>',
-                                     '?' if proc.get('used_mib') is None else proc['used_mib'], _fate(proc, killed, spared))
+    used = '?' if proc.get('used_mib') is None else proc['used_mib']
+    return 'pid %d %s %s MiB (%s)' % (proc['pid'], proc.get('cmdline') or '<not visible>', used, _fate(proc, killed, spared))
 
 
 def gpu_reset_table(reports: dict) -> list[str]:

@@ -337,7 +337,7 @@ def _resolve_uno(out, result):
         raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs num_draft_tokens * eagle_topk "
                                "<= %d (eagle_topk is %d)" % (UNO_MAX_FRONTIER_SLOTS, topk))
     capacity, level = 1, 1
-    for _ in range(steps):
+    for _step in range(steps):
         level *= topk
         capacity += level
         if capacity >= width:

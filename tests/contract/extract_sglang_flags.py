@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -1048,7 +1047,7 @@ def _is_number(text):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--version", help="SGLang release to download with pip (into --cache)")
     source.add_argument("--wheel", help="path of an SGLang wheel")

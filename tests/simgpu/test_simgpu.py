@@ -104,7 +104,7 @@ class Nvml:
         assert self.proc.stdin and self.proc.stdout
         self.proc.stdin.write(expr + "\n")
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], 15)
+        ready, _writable, _failed = select.select([self.proc.stdout], [], [], 15)
         assert ready, f"NVML client hung on {expr!r}"
         answer: dict[str, Any] = json.loads(self.proc.stdout.readline())
         return answer
@@ -294,8 +294,8 @@ def test_memory_v1_includes_reserved_v2_does_not(host: Host) -> None:
 def test_process_listing_and_size_protocol(host: Host) -> None:
     nv = host.nvml()
     assert nv("procs(0)") == {} and nv("raw_procs(0, 0)") == [0, 0, []]
-    a, _ = host.spawn(0, 1000, "--title", "sglang::scheduler_TP0")
-    b, _ = host.spawn(0, 3000, "--title", "sglang::scheduler_TP1")
+    a, _ready = host.spawn(0, 1000, "--title", "sglang::scheduler_TP0")
+    b, _ready = host.spawn(0, 3000, "--title", "sglang::scheduler_TP1")
     assert nv("procs(0)") == {str(a.pid): 1000 * MIB, str(b.pid): 3000 * MIB}
     assert nv("procs(1)") == {}
     assert nv(f"n.nvmlSystemGetProcessName({a.pid})") == "sglang::scheduler_TP0"
@@ -316,7 +316,7 @@ def test_process_listing_and_size_protocol(host: Host) -> None:
 def test_sigkill_frees_memory_after_release_delay(make_host: Callable[..., Host]) -> None:
     host = make_host(release_delay_ms=1500)
     nv = host.nvml()
-    proc, _ = host.spawn(2, 4096, "--title", "sglang::scheduler_TP2")
+    proc, _ready = host.spawn(2, 4096, "--title", "sglang::scheduler_TP2")
     proc.kill()  # never reaped until the end: a zombie, as under a slow parent
     killed_ms = time.time_ns() // 1_000_000
 
@@ -328,7 +328,7 @@ def test_sigkill_frees_memory_after_release_delay(make_host: Callable[..., Host]
 
 
 def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
-    proc, _ = host.spawn(0, 10, "--title", "sglang::scheduler_TP0")
+    proc, _ready = host.spawn(0, 10, "--title", "sglang::scheduler_TP0")
     watchers = wait_for("the watcher", lambda: [
         int(p) for p in os.listdir("/proc") if p.isdigit()
         and _safe_cmdline(int(p)) == [f"simgpu-watch {proc.pid}"]])
@@ -348,7 +348,7 @@ def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
 def test_leak_keeps_memory_forever(make_host: Callable[..., Host]) -> None:
     host = make_host(release_delay_ms=100, leak=True)
     nv = host.nvml()
-    proc, _ = host.spawn(1, 2048)
+    proc, _ready = host.spawn(1, 2048)
     (alloc_file,) = (host.dir / "allocs").iterdir()
     proc.kill()
     dead_at = wait_for("dead_at_ms", lambda: dead_at_ms(alloc_file))
@@ -405,7 +405,7 @@ def test_lost_gpus(host: Host) -> None:
 def test_two_hosts_are_independent(make_host: Callable[..., Host]) -> None:
     a = make_host("a")
     b = make_host("b", gpu_count=2, name="NVIDIA H100 80GB HBM3", total_mib=81559)
-    holder, _ = a.spawn(0, 5000)
+    holder, _ready = a.spawn(0, 5000)
     nva, nvb = a.nvml(), b.nvml()
     assert (nva("n.nvmlDeviceGetCount()"), nvb("n.nvmlDeviceGetCount()")) == (8, 2)
     assert nvb("n.nvmlDeviceGetName(h(0))") == "NVIDIA H100 80GB HBM3"
@@ -436,9 +436,9 @@ def test_child_survives_its_parent(host: Host) -> None:
 
 
 def test_sigterm_ignored_or_slow(host: Host) -> None:
-    stubborn, _ = host.spawn(0, 100, "--ignore-sigterm")
-    slow, _ = host.spawn(0, 100, "--exit-delay", "0.5")
-    plain, _ = host.spawn(0, 100)
+    stubborn, _ready = host.spawn(0, 100, "--ignore-sigterm")
+    slow, _ready = host.spawn(0, 100, "--exit-delay", "0.5")
+    plain, _ready = host.spawn(0, 100)
     for proc in (stubborn, slow, plain):
         proc.send_signal(signal.SIGTERM)
     assert plain.wait(timeout=5) == -signal.SIGTERM
@@ -457,7 +457,7 @@ def test_out_of_memory(host: Host) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "simgpu.hold", "--state-dir", str(host.dir), "--gpu", "0",
          "--mib", str(free + 1)],
-        env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True, text=True, timeout=10,
+        env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True, text=True, timeout=10, check=False,
     )
     assert proc.returncode == 1 and "CUDA out of memory" in proc.stderr
     assert list((host.dir / "allocs").iterdir()) == []
@@ -481,7 +481,7 @@ def test_cli_and_wrapper(tmp_path: Path) -> None:
     assert [g["lost"] for g in shown["gpus"]] == [False, True]
     assert shown["release_delay_ms"] == 0 and shown["config"]["seed"] == "s1"
     bad = subprocess.run([sys.executable, "-m", "simgpu.host", "set", "--state-dir", str(d), "nope=1"],
-                         env=env, capture_output=True, text=True)
+                         env=env, capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "unknown" in bad.stderr
 
     wrapper = d / "python"

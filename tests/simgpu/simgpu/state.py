@@ -190,7 +190,7 @@ def scan_usage(
     did), then freed and deleted, unless leak (a stuck context) holds it.
     """
     used = [0] * gpu_count
-    procs: list[dict[int, int]] = [{} for _ in range(gpu_count)]
+    procs: list[dict[int, int]] = [{} for _gpu in range(gpu_count)]
     now = now_ms()
     for a in list_allocs(state_dir):
         if not 0 <= a.gpu < gpu_count:
