@@ -37,7 +37,6 @@ install_system_packages() {
 if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
   install_system_packages "${system_packages[@]}"
 fi
-install_system_packages ${EXTRA_SYSTEM_PACKAGES:-}
 
 stamp=$venv/.requirements.sha256
 want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
