@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration lint contract bench lock clean
+.PHONY: bootstrap collection demo test sanity units integration lint contract containers bench lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_reset_demo.py
 
-test: sanity units lint integration contract
+test: sanity units lint integration contract containers
 	@echo "all test tiers passed"
 
 sanity: collection
@@ -30,10 +30,16 @@ lint: collection
 	cd .build/ansible_collections/gpufleet/sglang && ansible-lint --profile production --strict
 
 integration: collection
-	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/integration
+	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
 
 contract: bootstrap
 	python -m pytest -p no:cacheprovider tests/contract
+
+# Podman containers running systemd, built locally once per machine (needs root).
+containers: bootstrap
+	tests/containers/prepare.sh
+	tests/containers/install-collections.sh
+	python -m pytest -p no:cacheprovider tests/containers
 
 bench: collection
 	python tests/bench/wait_clean_latency.py

@@ -1,0 +1,1 @@
+"""The ``sglang`` console script."""

@@ -1,0 +1,1 @@
+"""The simulator behind the ``sglang`` package: launcher, workers, HTTP API and speed model."""

@@ -1,0 +1,577 @@
+"""The HTTP side of the simulated server: SGLang 0.5.23's paths, JSON shapes and status codes.
+
+A ThreadingHTTPServer; each request decodes in its own thread, at the speed model's pace, so a
+streamed response really arrives token by token. ServerState holds what /server_info and /metrics
+report.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from sglang.simulator.speed import TokenPacer
+from sglang.version import __version__
+
+logger = logging.getLogger("sglang.simulator.api")
+
+STARTING, UP, DRAINING = "starting", "up", "draining"
+GEN_THROUGHPUT_STALENESS_SECONDS = 30.0
+FILLER = ("the", "quick", "simulated", "server", "writes", "plain", "filler", "words", "at", "a",
+          "measured", "pace", "so", "tests", "can", "count", "tokens", "and", "time", "them")
+# Paths SGLang answers without an API key (probes and scraping carry no secrets).
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
+
+
+class RequestAborted(Exception):
+    """The client went away while its request was decoding."""
+
+
+class ServerState(object):
+    """Everything the endpoints report, guarded by one lock."""
+
+    def __init__(self, server_args, settings, speed_model):
+        self.args = server_args
+        self.settings = settings
+        self.speed = speed_model
+        self.status = STARTING
+        self.lock = threading.Lock()
+        self.startup_time = time.time()
+        self.scheduler_info = {}
+        self.memory_usage = {}
+        self.inflight = 0
+        self.running = 0
+        self.queued = 0
+        limit = server_args.get("max_running_requests") or settings["max_running_requests"]
+        self.max_running = int(limit)
+        self.slots = threading.BoundedSemaphore(self.max_running)
+        # speculative totals since start (avg_spec_accept_length) and the current logging window
+        self.spec_forward_ct = 0
+        self.spec_accept_tokens = 0
+        self.window_tokens = 0
+        self.window_cycles = 0
+        self.window_correct = 0
+        self.window_proposed = 0
+        self.window_start = time.monotonic()
+        self.last_stats_time = time.monotonic()
+        self.last_gen_throughput = 0.0
+        self.last_spec_accept_length = 0.0
+        self.last_spec_accept_rate = 0.0
+        self.counters = {}  # (metric, is_streaming) -> value
+
+    # -- request accounting ------------------------------------------------------------------
+    @contextmanager
+    def request(self):
+        with self.lock:
+            self.inflight += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.inflight -= 1
+
+    def count(self, metric, streaming, value):
+        with self.lock:
+            key = (metric, "true" if streaming else "false")
+            self.counters[key] = self.counters.get(key, 0) + value
+
+    def record_cycle(self, tokens):
+        with self.lock:
+            self.window_tokens += tokens
+            self.window_cycles += 1
+            if self.speed.enabled:
+                self.spec_forward_ct += 1
+                self.spec_accept_tokens += tokens
+                self.window_correct += tokens - 1
+                self.window_proposed += self.speed.num_draft_tokens - 1
+
+    def log_interval(self):
+        return max(int(self.args.get("decode_log_interval") or 40), 1) * self.speed.cycle_seconds()
+
+    def roll_window(self):
+        """Close the logging window, as the scheduler does every decode_log_interval forwards."""
+        with self.lock:
+            now = time.monotonic()
+            if self.window_cycles == 0:
+                self.window_start = now
+                if now - self.last_stats_time > GEN_THROUGHPUT_STALENESS_SECONDS:
+                    self.last_gen_throughput = 0.0
+                return None
+            gap = max(now - self.window_start, 1e-6)
+            self.last_gen_throughput = self.window_tokens / gap
+            if self.speed.enabled:
+                self.last_spec_accept_length = self.window_tokens / float(self.window_cycles)
+                self.last_spec_accept_rate = (self.window_correct / float(self.window_proposed)
+                                              if self.window_proposed else 0.0)
+            line = ("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %sgen throughput (token/s): %.2f, "
+                    "#queue-req: %d"
+                    % (self.running, self.window_tokens, 0.0,
+                       ("accept len: %.2f, accept rate: %.2f, " % (self.last_spec_accept_length, self.last_spec_accept_rate)
+                        if self.speed.enabled else ""),
+                       self.last_gen_throughput, self.queued))
+            self.window_tokens = self.window_cycles = self.window_correct = self.window_proposed = 0
+            self.window_start = now
+            self.last_stats_time = now
+        return line
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, prompt_tokens, max_new_tokens, emit=None):
+        """Decode max_new_tokens filler tokens at the modelled pace; emit(text_delta, ids_delta) per cycle.
+
+        Returns (text, output_ids, meta) where meta has completion_tokens, spec_verify_ct and the rest.
+        """
+        began = time.time()
+        rid = uuid.uuid4().hex
+        with self.lock:
+            self.queued += 1
+        self.slots.acquire()
+        with self.lock:
+            self.queued -= 1
+            self.running += 1
+            if self.running == 1 and self.window_cycles == 0:
+                self.window_start = time.monotonic()  # idle time is not decode time
+        text, ids, cycles = [], [], 0
+        try:
+            time.sleep(prompt_tokens / float(self.settings["prefill_tok_s"]))
+            pacer = TokenPacer(self.speed.accept_length(), self.speed.depth + 1)
+            cycle_s = self.speed.cycle_seconds()
+            deadline = time.monotonic()
+            while len(ids) < max_new_tokens:
+                deadline += cycle_s
+                pause = deadline - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                produced = min(pacer.next_cycle(), max_new_tokens - len(ids))
+                new_ids = [(len(ids) + i) % 32000 + 100 for i in range(produced)]
+                new_text = "".join(" " + FILLER[(len(ids) + i) % len(FILLER)] for i in range(produced))
+                ids.extend(new_ids)
+                text.append(new_text)
+                cycles += 1
+                self.record_cycle(produced)
+                if emit is not None:
+                    emit(new_text, new_ids, len(ids) >= max_new_tokens)
+        finally:
+            with self.lock:
+                self.running -= 1
+            self.slots.release()
+        meta = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": max_new_tokens},
+            "prompt_tokens": prompt_tokens,
+            "weight_version": self.args.get("weight_version") or "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+            "e2e_latency": time.time() - began,
+        }
+        if self.speed.enabled and cycles:
+            proposed = cycles * (self.speed.num_draft_tokens - 1)
+            correct = len(ids) - cycles
+            meta.update({
+                "spec_accept_rate": correct / float(proposed) if proposed else 0.0,
+                "spec_accept_length": len(ids) / float(cycles),
+                "spec_num_correct_drafts": correct,
+                "spec_num_proposed_drafts": proposed,
+                "spec_verify_ct": cycles,
+            })
+        return "".join(text), ids, meta
+
+    # -- reports -----------------------------------------------------------------------------
+    def internal_state(self):
+        with self.lock:
+            state = {
+                "world_size": self.args.get("tp_size", 1),
+                "startup_time": self.startup_time,
+                "effective_max_running_requests_per_dp": self.max_running,
+                "last_gen_throughput": self._current_throughput(),
+                "memory_usage": dict(self.memory_usage),
+            }
+            if self.speed.enabled and self.spec_forward_ct > 0:
+                state["avg_spec_accept_length"] = self.spec_accept_tokens / float(self.spec_forward_ct)
+        return state
+
+    def _current_throughput(self):
+        if time.monotonic() - self.last_stats_time > GEN_THROUGHPUT_STALENESS_SECONDS:
+            self.last_gen_throughput = 0.0
+        return self.last_gen_throughput
+
+    def server_info(self):
+        info = dict(self.args)
+        info.update(self.scheduler_info)
+        info.update({
+            "startup_time": self.startup_time,
+            "internal_states": [self.internal_state()],
+            "version": __version__,
+            "frontend": "python",
+        })
+        return info
+
+    def model_info(self):
+        return {
+            "model_path": self.args["model_path"],
+            "served_model_name": self.args["served_model_name"],
+            "tokenizer_path": self.args.get("tokenizer_path") or self.args["model_path"],
+            "is_generation": True,
+            "preferred_sampling_params": self.args.get("preferred_sampling_params"),
+            "weight_version": self.args.get("weight_version") or "default",
+            "load_format": self.args.get("load_format"),
+            "reasoning_parser": self.args.get("reasoning_parser"),
+            "tool_call_parser": self.args.get("tool_call_parser"),
+            "disaggregation_mode": self.args.get("disaggregation_mode") or "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": self.settings["model_type"],
+            "architectures": [self.settings["architecture"]],
+        }
+
+    def metrics_text(self):
+        name = self.args["served_model_name"]
+        sched = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"' % _label(name)
+        tok = 'model_name="%s",engine_type="unified"' % _label(name)
+        with self.lock:
+            throughput = self._current_throughput()
+            gauges = [
+                ("sglang:num_running_reqs", "The number of running requests.", sched, self.running),
+                ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sched, self.queued),
+                ("sglang:gen_throughput", "The generation throughput (token/s).", sched, throughput),
+                ("sglang:token_usage", "The token usage.", sched, 0.0),
+                ("sglang:cache_hit_rate", "The prefix cache hit rate.", "", 0.0),
+                ("sglang:spec_accept_length", "Mean acceptance length of speculative decoding.", sched,
+                 self.last_spec_accept_length),
+                ("sglang:spec_accept_rate", "Speculative acceptance rate.", sched, self.last_spec_accept_rate),
+            ]
+            counters = dict(self.counters)
+        lines = []
+        for metric, helptext, labels, value in gauges:
+            lines.append("# HELP %s %s" % (metric, helptext))
+            lines.append("# TYPE %s gauge" % metric)
+            lines.append("%s%s %s" % (metric, "{%s}" % labels if labels else "", _number(value)))
+        for metric, helptext in (("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+                                 ("sglang:generation_tokens_total", "Number of generation tokens processed."),
+                                 ("sglang:num_requests_total", "Number of requests processed.")):
+            lines.append("# HELP %s %s" % (metric, helptext))
+            lines.append("# TYPE %s counter" % metric)
+            for streaming in ("false", "true"):
+                value = counters.get((metric, streaming))
+                if value is not None:
+                    lines.append('%s{%s,is_streaming="%s"} %s' % (metric, tok, streaming, _number(value)))
+        return "\n".join(lines) + "\n"
+
+
+def _label(text):
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value):
+    return repr(float(value))
+
+
+def _count_tokens(value):
+    if isinstance(value, list):
+        if value and all(isinstance(item, int) for item in value):
+            return len(value)
+        return sum(_count_tokens(item) for item in value)
+    if isinstance(value, dict):
+        return _count_tokens(value.get("content") or value.get("text") or "")
+    return max(len(str(value or "").split()), 1)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One HTTP request. The server object carries ``state`` (a ServerState)."""
+
+    server_version = "uvicorn"
+    sys_version = ""
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        logger.debug("%s - %s", self.address_string(), format % args)
+
+    def log_request(self, code="-", size="-"):
+        try:
+            status = int(code)
+        except (TypeError, ValueError):
+            status = code
+        logger.info('%s:%d - "%s %s %s" %s', self.client_address[0], self.client_address[1], self.command,
+                    urlsplit(self.path).path, self.request_version, status)
+
+    @property
+    def state(self):
+        return self.server.state
+
+    def _send(self, status, body=b"", content_type="application/json", headers=None):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode("utf-8")
+        elif isinstance(body, str):
+            body = body.encode("utf-8")
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json_body(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        return json.loads(raw.decode("utf-8"))
+
+    def _authorized(self, path):
+        api_key = self.state.args.get("api_key")
+        admin_key = self.state.args.get("admin_api_key")
+        if self.command == "OPTIONS" or path.startswith(OPEN_PREFIXES):
+            return True, 200
+        header = self.headers.get("Authorization") or ""
+        scheme, _sep, token = header.partition(" ")
+        bearer = token if scheme.lower() == "bearer" and token else None
+
+        def matches(expected):
+            return bearer is not None and hmac.compare_digest(bearer.encode("utf-8"), expected.encode("utf-8"))
+
+        if path in ADMIN_OPTIONAL_PATHS:
+            if admin_key:
+                return matches(admin_key), 401
+            if api_key:
+                return matches(api_key), 401
+            return True, 200
+        if api_key:
+            return matches(api_key), 401
+        return True, 200
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self._dispatch()
+
+    def do_HEAD(self):  # noqa: N802
+        self._dispatch()
+
+    def do_POST(self):  # noqa: N802
+        self._dispatch()
+
+    def do_PUT(self):  # noqa: N802
+        self._dispatch()
+
+    def _dispatch(self):
+        path = urlsplit(self.path).path
+        allowed, code = self._authorized(path)
+        if not allowed:
+            self._send(code, {"error": "Unauthorized" if code == 401 else "Forbidden"})
+            return
+        route = ROUTES.get(path)
+        if route is None:
+            self._send(404, {"detail": "Not Found"})
+            return
+        methods, name = route
+        if self.command not in methods:
+            self._send(405, {"detail": "Method Not Allowed"})
+            return
+        try:
+            getattr(self, name)()
+        except (BrokenPipeError, ConnectionResetError, RequestAborted):
+            logger.info("Client disconnected from %s", path)
+        except ValueError as exc:
+            self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error", "code": 400}})
+
+    # -- probes and information --------------------------------------------------------------
+    def health(self):
+        if self.state.status == DRAINING:
+            logger.info("Health check request received during shutdown. Returning 503.")
+        self._send(200 if self.state.status == UP else 503, b"", "text/plain")
+
+    def ready(self):
+        self._send(200 if self.state.status == UP else 503, b"", "text/plain")
+
+    def server_info(self):
+        self._send(200, self.state.server_info())
+
+    def get_server_info(self):
+        logger.warning("Endpoint '/get_server_info' is deprecated; use '/server_info'.")
+        self.server_info()
+
+    def model_info(self):
+        self._send(200, self.state.model_info())
+
+    def get_model_info(self):
+        logger.warning("Endpoint '/get_model_info' is deprecated; use '/model_info'.")
+        self.model_info()
+
+    def models(self):
+        name = self.state.args["served_model_name"]
+        card = {"id": name, "object": "model", "created": int(self.state.startup_time), "owned_by": "sglang",
+                "root": name, "parent": None, "max_model_len": self.state.settings["context_length"]}
+        self._send(200, {"object": "list", "data": [card]})
+
+    def flush_cache(self):
+        if self.state.running or self.state.queued:
+            self._send(400, "Cache not flushed: requests are running or waiting.\n", "text/plain")
+            return
+        logger.info("Cache flushed successfully!")
+        self._send(200, "Cache flushed.\nThe radix cache of the simulated server is empty.\n", "text/plain")
+
+    def metrics(self):
+        if not self.state.args.get("enable_metrics"):
+            self._send(404, {"detail": "Not Found"})
+            return
+        self._send(200, self.state.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+
+    # -- generation --------------------------------------------------------------------------
+    def _refuse_unless_serving(self):
+        if self.state.status == UP:
+            return False
+        message = "The server is shutting down." if self.state.status == DRAINING else "The server is starting."
+        self._send(503, {"error": {"message": message, "type": "service_unavailable", "code": 503}})
+        return True
+
+    def _start_stream(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, payload):
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.wfile.write(("data: %s\n\n" % data).encode("utf-8"))
+        self.wfile.flush()
+
+    def generate(self):
+        body = self._json_body()
+        if self._refuse_unless_serving():
+            return
+        params = body.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens", 128))
+        prompt = _count_tokens(body.get("input_ids") if body.get("input_ids") is not None else body.get("text", ""))
+        stream = bool(body.get("stream"))
+        with self.state.request():
+            if not stream:
+                text, ids, meta = self.state.generate(prompt, max_new)
+                self._account(prompt, len(ids), False)
+                self._send(200, {"text": text, "output_ids": ids, "meta_info": meta})
+                return
+            self._start_stream()
+            so_far = {"text": "", "ids": []}
+
+            def emit(delta, new_ids, _last):
+                so_far["text"] += delta
+                so_far["ids"] += new_ids
+                self._event({"text": so_far["text"], "output_ids": list(so_far["ids"]),
+                             "meta_info": {"completion_tokens": len(so_far["ids"]), "prompt_tokens": prompt,
+                                           "finish_reason": None}})
+
+            text, ids, meta = self.state.generate(prompt, max_new, emit)
+            self._event({"text": text, "output_ids": ids, "meta_info": meta})
+            self._event("[DONE]")
+            self._account(prompt, len(ids), True)
+
+    def _account(self, prompt, completion, streaming):
+        self.state.count("sglang:prompt_tokens_total", streaming, prompt)
+        self.state.count("sglang:generation_tokens_total", streaming, completion)
+        self.state.count("sglang:num_requests_total", streaming, 1)
+
+    def _openai(self, chat):
+        body = self._json_body()
+        if self._refuse_unless_serving():
+            return
+        model = self.state.args["served_model_name"]
+        if chat:
+            prompt = _count_tokens(body.get("messages") or [])
+            max_new = body.get("max_completion_tokens") or body.get("max_tokens") or 128
+        else:
+            prompt = _count_tokens(body.get("prompt", ""))
+            max_new = body.get("max_tokens") or 16
+        max_new = int(max_new)
+        stream = bool(body.get("stream"))
+        created = int(time.time())
+        rid = uuid.uuid4().hex
+        kind = "chat.completion" if chat else "text_completion"
+        with self.state.request():
+            if not stream:
+                text, ids, meta = self.state.generate(prompt, max_new)
+                choice = {"index": 0, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
+                                         "tool_calls": None}
+                else:
+                    choice["text"] = text
+                usage = {"prompt_tokens": prompt, "total_tokens": prompt + len(ids), "completion_tokens": len(ids),
+                         "prompt_tokens_details": None, "reasoning_tokens": 0}
+                self._account(prompt, len(ids), False)
+                self._send(200, {"id": meta["id"], "object": kind, "created": created, "model": model,
+                                 "choices": [choice], "usage": usage, "metadata": {"weight_version": meta["weight_version"]}})
+                return
+            self._start_stream()
+            chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+            if chat:
+                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model,
+                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                          "logprobs": None, "finish_reason": None}]})
+
+            def emit(delta, _ids, last):
+                choice = {"index": 0, "logprobs": None, "finish_reason": "length" if last else None}
+                if chat:
+                    choice["delta"] = {"content": delta}
+                else:
+                    choice["text"] = delta
+                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice]})
+
+            _text, ids, _meta = self.state.generate(prompt, max_new, emit)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [],
+                             "usage": {"prompt_tokens": prompt, "total_tokens": prompt + len(ids),
+                                       "completion_tokens": len(ids)}})
+            self._event("[DONE]")
+            self._account(prompt, len(ids), True)
+
+    def completions(self):
+        self._openai(chat=False)
+
+    def chat_completions(self):
+        self._openai(chat=True)
+
+
+GET, POST = ("GET", "HEAD"), ("POST",)
+ROUTES = {
+    "/health": (GET, "health"),
+    "/health_generate": (GET, "health"),
+    "/ready": (GET, "ready"),
+    "/server_info": (GET, "server_info"),
+    "/get_server_info": (GET, "get_server_info"),
+    "/model_info": (GET, "model_info"),
+    "/get_model_info": (GET, "get_model_info"),
+    "/v1/models": (GET, "models"),
+    "/flush_cache": (("GET", "POST"), "flush_cache"),
+    "/metrics": (GET, "metrics"),
+    "/generate": (("POST", "PUT"), "generate"),
+    "/v1/completions": (POST, "completions"),
+    "/v1/chat/completions": (POST, "chat_completions"),
+}
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address, state):
+        self.state = state
+        super(Server, self).__init__(address, Handler)
+
+
+def start(state, host, port):
+    """Bind and serve in a background thread; returns the server (OSError if the port is taken)."""
+    server = Server((host, port), state)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True)
+    thread.start()
+    return server

@@ -1,0 +1,327 @@
+"""The launcher process: parse, resolve, fork the children, serve HTTP, drain on SIGTERM.
+
+Exit status, as with SGLang 0.5.23: 2 for a command line argparse refuses; 1 for settings SGLang
+refuses before it starts any child (speculative rules, configuration); killed by SIGKILL (-9, 137
+in a shell) when a child fails, because SGLang's launcher kills its whole process tree, itself
+included; 0 after a SIGTERM once every request has drained and the children have exited.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+
+from sglang.simulator import api, args as cli_args, config, workers
+from sglang.simulator.rules import speculative
+from sglang.simulator.speed import SpeedModel
+
+logger = logging.getLogger("sglang.simulator.launcher")
+
+SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+CHILD_EXIT_SECONDS = 10.0
+
+
+def _setup_logging(level):
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), format="[%(asctime)s] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+
+
+def redact_argv(argv):
+    """The command line with the values of secret flags replaced (never log a key)."""
+    shown, hide_next = [], False
+    for item in argv:
+        if hide_next:
+            shown.append("***")
+            hide_next = False
+            continue
+        flag, sep, _value = item.partition("=")
+        if flag in SECRET_FLAGS and sep:
+            shown.append(flag + "=***")
+        else:
+            shown.append(item)
+            hide_next = item in SECRET_FLAGS
+    return shown
+
+
+def default_mem_fraction(total_mib, tp_size, chunked_prefill_size):
+    """SGLang's choice when --mem-fraction-static is not given: keep room for activations and graphs."""
+    activation_tokens = max(chunked_prefill_size or 8192, 2048)
+    reserved = 512 + activation_tokens * 1.5 + tp_size / 8.0 * 1024
+    if total_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((total_mib - reserved) / float(total_mib), 3)
+
+
+def _fail_before_start(message, kind="ValueError"):
+    logger.error("Traceback (most recent call last):\n  File \"sglang/launch_server.py\", in <module>\n"
+                 "    server_args = prepare_server_args(sys.argv[1:])\n%s: %s", kind, message)
+    sys.exit(1)
+
+
+def resolve_speculative(server_args, settings):
+    """Apply SGLang's speculative rules (the collection's _speculative.resolve) to server_args."""
+    try:
+        result = speculative.resolve(
+            algorithm=server_args.get("speculative_algorithm"),
+            draft_model_path=server_args.get("speculative_draft_model_path"),
+            num_steps=server_args.get("speculative_num_steps"),
+            eagle_topk=server_args.get("speculative_eagle_topk"),
+            num_draft_tokens=server_args.get("speculative_num_draft_tokens"),
+            max_running_requests=server_args.get("max_running_requests"),
+            model_architecture=settings["architecture"],
+            ngram_max_bfs_breadth=server_args.get("speculative_ngram_max_bfs_breadth"),
+            strict=False,
+        )
+    except speculative.SpeculativeError as exc:
+        _fail_before_start(str(exc))
+    if not result["enabled"]:
+        for warning in result["warnings"]:
+            logger.warning("%s", warning)
+        return result
+    for name, change in result["corrections"].items():
+        if name == "num_draft_tokens" and result["eagle_topk"] == 1:
+            logger.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                           "speculative_eagle_topk == 1 (%s -> %s)", change["requested"], change["effective"])
+        else:
+            logger.warning("Overriding speculative_%s=%s to %s.", name, change["requested"], change["effective"])
+    for warning in result["warnings"]:
+        if "is ignored by SGLang" in warning:
+            logger.warning("%s", warning)
+    if server_args.get("max_running_requests") is None and result["max_running_requests"] is not None:
+        logger.warning("Max running requests is reset to %d for speculative decoding. You can override this by "
+                       "explicitly setting --max-running-requests.", result["max_running_requests"])
+    draft = result["draft_model_path"]
+    if draft is None and settings["architecture"] in speculative.BUNDLED_DRAFT_ARCHITECTURES:
+        draft = server_args["model_path"]
+    server_args.update(
+        speculative_algorithm=result["effective_algorithm"],
+        speculative_draft_model_path=draft,
+        speculative_num_steps=result["num_steps"],
+        speculative_eagle_topk=result["eagle_topk"],
+        speculative_num_draft_tokens=result["num_draft_tokens"],
+        max_running_requests=result["max_running_requests"],
+    )
+    return result
+
+
+class Launcher(object):
+    """The launcher's life: start children, wait for them, serve, stop."""
+
+    def __init__(self, server_args, settings, argv):
+        self.args = server_args
+        self.settings = settings
+        self.argv = argv
+        self.stop_requested = threading.Event()
+        self.ctx = multiprocessing.get_context("fork")
+        self.children = []  # (name, process, parent end of its pipe)
+        self.http = None
+        speed = SpeedModel(settings, server_args.get("speculative_algorithm"), server_args.get("speculative_num_steps"),
+                           server_args.get("speculative_eagle_topk"), server_args.get("speculative_num_draft_tokens"))
+        self.state = api.ServerState(server_args, settings, speed)
+
+    # -- signals -----------------------------------------------------------------------------
+    def _on_stop_signal(self, signum, _frame):
+        first = not self.stop_requested.is_set()
+        self.stop_requested.set()
+        if first:
+            logger.warning("%s received. Draining requests and shutting down...", signal.Signals(signum).name)
+
+    def install_signals(self):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if self.settings["ignore_sigterm"] else self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+
+    # -- children ----------------------------------------------------------------------------
+    def fork_children(self, plan):
+        pipes = [self.ctx.Pipe(duplex=True) for _ in range(plan["tp_size"] + 1)]
+        every_end = [end for pair in pipes for end in pair]
+        me = os.getpid()
+        detok_parent, detok_child = pipes[0]
+        proc = self.ctx.Process(target=workers.run_detokenizer, name="detokenizer",
+                                args=(self.settings, detok_child, every_end, me))
+        proc.start()
+        self.children.append(("sglang::detokenizer", proc, detok_parent))
+        for rank in range(plan["tp_size"]):
+            parent_end, child_end = pipes[rank + 1]
+            proc = self.ctx.Process(target=workers.run_scheduler, name="scheduler_TP%d" % rank,
+                                    args=(rank, plan, self.settings, child_end, every_end, me))
+            proc.start()
+            self.children.append((workers.scheduler_title(rank, plan["tp_size"]), proc, parent_end))
+        for _parent_end, child_end in pipes:
+            child_end.close()
+
+    def kill_tree_and_die(self, reason):
+        """What SGLang's launcher does when a child fails: SIGKILL every child, then itself."""
+        logger.error("%s", reason)
+        for _name, proc, _conn in self.children:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+        for _name, proc, _conn in self.children:
+            proc.join(CHILD_EXIT_SECONDS)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _check_children(self):
+        for name, proc, _conn in self.children:
+            if not proc.is_alive():
+                self.kill_tree_and_die("Subprocess %s (pid %d) died unexpectedly with exit code %s. "
+                                       "Killing the process tree." % (name, proc.pid, proc.exitcode))
+
+    def wait_until_loaded(self):
+        """Collect each child's report; a failure takes the whole server down."""
+        waiting = {conn: name for name, _proc, conn in self.children}
+        sentinels = [proc.sentinel for _name, proc, _conn in self.children]
+        while waiting:
+            if self.stop_requested.is_set():
+                return False
+            ready = multiprocessing.connection.wait(list(waiting) + sentinels, timeout=0.1)
+            for item in ready:
+                if item in waiting:
+                    try:
+                        report = item.recv()
+                    except EOFError:
+                        report = {"error": "no report"}
+                    if "error" in report:
+                        self.kill_tree_and_die("Received sigquit from a child process (%s). It usually means the "
+                                               "child failed." % waiting[item])
+                    del waiting[item]
+                    self._absorb(report)
+            for name, proc, conn in self.children:
+                if conn in waiting and not proc.is_alive() and not conn.poll():
+                    self.kill_tree_and_die("Subprocess %s (pid %d) died during startup with exit code %s."
+                                           % (name, proc.pid, proc.exitcode))
+        return True
+
+    def _absorb(self, report):
+        if report.get("tp_rank") == 0:
+            tokens = report["max_total_num_tokens"]
+            self.state.scheduler_info = {
+                "max_total_num_tokens": tokens,
+                "max_req_input_len": min(self.settings["context_length"], tokens) - 1,
+            }
+            self.state.memory_usage = {
+                "weight": round(report["weights_mib"] / 1024.0, 2),
+                "kv_cache": round(report["kv_mib"] / 1024.0, 2),
+                "token_capacity": tokens,
+            }
+
+    # -- serving -----------------------------------------------------------------------------
+    def start_http(self):
+        try:
+            self.http = api.start(self.state, self.args["host"], self.args["port"])
+        except OSError as exc:
+            self.kill_tree_and_die("Cannot serve HTTP on %s:%s: %s" % (self.args["host"], self.args["port"], exc))
+        logger.info("Uvicorn running on http://%s:%s (Press CTRL+C to quit)", self.args["host"], self.args["port"])
+
+    def warm_up(self):
+        if self.settings["warmup_seconds"]:
+            time.sleep(float(self.settings["warmup_seconds"]))
+        if not self.args.get("skip_server_warmup"):
+            self.state.generate(4, 8)  # like SGLang's warmup request, it counts in the decode statistics
+        self.state.status = api.UP
+        logger.info("The server is fired up and ready to roll!")
+
+    def stats_loop(self):
+        while True:
+            time.sleep(self.state.log_interval())
+            line = self.state.roll_window()
+            if line:
+                logger.info("%s", line)
+
+    def serve_until_stopped(self):
+        while not self.stop_requested.wait(0.1):
+            self._check_children()
+
+    def drain_and_exit(self):
+        self.state.status = api.DRAINING
+        limit = self.settings["drain_seconds"]
+        started = time.monotonic()
+        last_note = None
+        while True:
+            remaining = self.state.inflight
+            now = time.monotonic()
+            if last_note is None or now - last_note >= 1.0 or remaining == 0:
+                logger.info("Gracefully exiting... Remaining number of requests %d.", remaining)
+                last_note = now
+            if remaining == 0:
+                break
+            if limit is not None and now - started >= float(limit):
+                logger.warning("Drain limit of %ss reached; aborting %d requests.", limit, remaining)
+                break
+            self._check_children()
+            time.sleep(float(self.settings["drain_poll_seconds"]))
+        for _name, _proc, conn in self.children:
+            try:
+                conn.send("shutdown")
+            except OSError:
+                pass
+        deadline = time.monotonic() + float(self.settings["scheduler_exit_seconds"]) + CHILD_EXIT_SECONDS
+        for name, proc, _conn in self.children:
+            proc.join(max(deadline - time.monotonic(), 0.1))
+            if proc.is_alive():
+                logger.warning("%s (pid %d) still alive after the shutdown request; killing it.", name, proc.pid)
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join(CHILD_EXIT_SECONDS)
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        logger.info("Server shut down.")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def run(self, plan):
+        self.install_signals()
+        self.fork_children(plan)
+        threading.Thread(target=self.stats_loop, name="stats", daemon=True).start()
+        if self.settings["http_during_load"]:
+            self.start_http()
+        if self.wait_until_loaded():
+            if self.http is None:
+                self.start_http()
+            self.warm_up()
+            self.serve_until_stopped()
+        self.drain_and_exit()
+
+
+def main(argv):
+    """Run the simulated server with SGLang's command line (without the program name)."""
+    argv = list(argv)
+    namespace = cli_args.parse_args(argv)
+    _setup_logging(namespace.log_level)
+    server_args = dict(vars(namespace))
+    try:
+        settings = config.load(server_args["model_path"])
+    except config.ConfigError as exc:
+        _fail_before_start(str(exc), "RuntimeError")
+    server_args["served_model_name"] = server_args.get("served_model_name") or server_args["model_path"]
+    server_args["tokenizer_path"] = server_args.get("tokenizer_path") or server_args["model_path"]
+    resolve_speculative(server_args, settings)
+    tp_size = int(server_args.get("tp_size") or 1)
+    if server_args.get("mem_fraction_static") is None:
+        try:
+            from simgpu.host import read_host  # pylint: disable=import-outside-toplevel
+            total = read_host().gpus[0].total_mib
+        except (OSError, IndexError, ValueError):
+            total = 81559
+        server_args["mem_fraction_static"] = default_mem_fraction(total, tp_size, server_args.get("chunked_prefill_size"))
+    server_args["launch_command"] = " ".join(shlex.quote(item) for item in ["sglang", "serve"] + redact_argv(argv))
+    # SGLang logs the resolved arguments as a dict, keys in clear; here secrets are masked.
+    shown = {key: "***" if key in SECRET_ARGS and value else value for key, value in server_args.items()}
+    logger.info("server_args=%r", shown)
+    plan = {
+        "tp_size": tp_size,
+        "base_gpu_id": int(server_args.get("base_gpu_id") or 0),
+        "gpu_id_step": int(server_args.get("gpu_id_step") or 1),
+        "mem_fraction_static": float(server_args["mem_fraction_static"]),
+        "crash_message": config.crash_rule(settings, server_args),
+    }
+    Launcher(server_args, settings, argv).run(plan)

@@ -1,0 +1,3 @@
+"""Version of the SGLang release this simulator stands in for."""
+
+__version__ = "0.5.23"
