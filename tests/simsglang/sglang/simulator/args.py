@@ -133,9 +133,52 @@ def build_parser():
     return parser
 
 
+def _config_scalar(text):
+    text = text.strip()
+    if text[:1] in ('"', '[', '{') or text in ('true', 'false', 'null') or text.lstrip('-').replace('.', '', 1).isdigit():
+        return json.loads(text)
+    return text
+
+
+def read_config_file(path):
+    """The flat `key: value` subset of YAML that SGLang's --config files use in practice.
+
+    The simulator stays stdlib-only, so it reads scalars (plain, JSON-quoted, numbers, booleans)
+    and refuses anything else rather than guessing.
+    """
+    values = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            key, sep, value = line.partition(":")
+            if not sep or line[:1].isspace():
+                raise SystemExit("%s:%d: the simulator reads only flat 'key: value' lines" % (path, number))
+            values[key.strip()] = _config_scalar(value)
+    return values
+
+
+def expand_config(argv):
+    """SGLang's --config: the file's keys become flags placed before the command line, which wins."""
+    argv = list(argv)
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    path = argv[index + 1]
+    rest = argv[:index] + argv[index + 2:]
+    prefix = []
+    for key, value in read_config_file(path).items():
+        flag = "--" + key
+        if value is True:
+            prefix.append(flag)
+        elif value not in (False, None):
+            prefix.extend(str(v) for v in ([flag] + (value if isinstance(value, list) else [value])))
+    return prefix + rest
+
+
 def parse_args(argv):
     """Parse like SGLang: on a bad command line argparse prints its message and exits with code 2."""
-    return build_parser().parse_args(list(argv))
+    return build_parser().parse_args(expand_config(argv))
 
 
 def option_strings(parser):

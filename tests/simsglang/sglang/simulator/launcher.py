@@ -140,7 +140,7 @@ class Launcher(object):
 
     # -- children ----------------------------------------------------------------------------
     def fork_children(self, plan):
-        pipes = [self.ctx.Pipe(duplex=True) for _ in range(plan["tp_size"] + 1)]
+        pipes = [self.ctx.Pipe(duplex=True) for _rank in range(plan["tp_size"] + 1)]
         every_end = [end for pair in pipes for end in pair]
         me = os.getpid()
         detok_parent, detok_child = pipes[0]

@@ -1,0 +1,398 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
+# at any time, in any release. Do not use it from other collections or from your own modules.
+
+"""The pieces of sglang_launch that do not need an AnsibleModule: the command line, the state file,
+the instance lock, the port owner, the two supervisors and the HTTP probes.
+
+Standard library only, no shell anywhere: every command is an argument list.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import all_processes, is_gone, read_process, terminate
+
+MASK = '********'
+LAUNCH_MODULE = 'sglang.launch_server'
+READY_PATHS = {
+    'health_generate': '/health_generate',
+    'health': '/health',
+    'ready': '/ready',
+    'model_info': '/model_info',
+}
+SPECULATIVE_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
+# A fixed PATH: the server must not depend on the environment Ansible happened to run in, and the
+# process supervisor must start it exactly as the systemd unit would.
+SERVER_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+
+class LaunchError(Exception):
+    """A failure worded for an operator."""
+
+
+# ---------------------------------------------------------------- files and state
+
+def ensure_private_dir(path: str, mode: int = 0o700) -> None:
+    os.makedirs(path, mode=mode, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def write_private(path: str, text: str, uid: int = -1, gid: int = -1, mode: int = 0o600) -> bool:
+    """Atomically write ``text`` with ``mode`` (never readable by others in between); True if it changed."""
+    try:
+        with open(path, encoding='utf-8') as handle:
+            if handle.read() == text:
+                stat = os.stat(path)
+                if stat.st_mode & 0o7777 == mode and (uid == -1 or stat.st_uid == uid):
+                    return False
+    except FileNotFoundError:
+        pass
+    tmp = '%s.%d.tmp' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            handle.write(text)
+        if uid != -1 or gid != -1:
+            os.chown(tmp, uid, gid)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def read_state(path: str) -> dict | None:
+    try:
+        with open(path, encoding='utf-8') as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise LaunchError('the state file %s is not valid JSON (%s); remove it after checking that no server of this '
+                          'instance runs' % (path, exc)) from exc
+
+
+def write_state(path: str, state: dict) -> None:
+    write_private(path, json.dumps(state, indent=2, sort_keys=True) + '\n')
+
+
+def remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class InstanceLock:
+    """An exclusive flock on <state_dir>/<name>.lock, waited for at most ``timeout`` seconds."""
+
+    def __init__(self, path: str, timeout: float, poll: float = 0.1) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.poll = poll
+        self.fd = None
+        self.waited = 0.0
+
+    def __enter__(self) -> InstanceLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() - start >= self.timeout:
+                os.close(self.fd)
+                self.fd = None
+                raise LaunchError('lock_timeout: another launch of this instance still holds %s after %.0fs'
+                                  % (self.path, self.timeout))
+            time.sleep(self.poll)
+        self.waited = time.monotonic() - start
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+# ---------------------------------------------------------------- configuration
+
+def yaml_scalar(value: str) -> str:
+    # A JSON string is a valid YAML double-quoted scalar: no YAML library needed and no quoting surprises.
+    return json.dumps(value)
+
+
+def secret_config(api_key: str) -> str:
+    """The YAML file SGLang reads with --config (it turns the keys into flags, before the real argv)."""
+    return '# Written by gpufleet.sglang.sglang_launch; private to the server.\napi-key: %s\n' % yaml_scalar(api_key)
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode('utf-8')).hexdigest()
+
+
+def config_text(config: dict | None) -> str:
+    """YAML-like text of a configuration, for diffs."""
+    if not config:
+        return ''
+    lines = []
+    for key in sorted(config):
+        value = config[key]
+        if isinstance(value, dict):
+            lines.append('%s:' % key)
+            lines.extend('  %s: %s' % (sub, json.dumps(value[sub], sort_keys=True)) for sub in sorted(value))
+        elif isinstance(value, list):
+            lines.append('%s:' % key)
+            lines.extend('  - %s' % json.dumps(item) for item in value)
+        else:
+            lines.append('%s: %s' % (key, json.dumps(value)))
+    return '\n'.join(lines) + '\n'
+
+
+def mask_argv(argv: list[str], secrets: list[str]) -> list[str]:
+    hidden = [s for s in secrets if s]
+    shown = []
+    for item in argv:
+        for secret in hidden:
+            item = item.replace(secret, MASK)
+        shown.append(item)
+    return shown
+
+
+# ---------------------------------------------------------------- ports
+
+def _listening_inodes(port: int) -> dict[int, str]:
+    """inode -> local address of every TCP socket listening on ``port``."""
+    found = {}
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(table, encoding='ascii') as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[3] != '0A':  # 0A: TCP_LISTEN
+                        continue
+                    address, hexport = fields[1].rsplit(':', 1)
+                    if int(hexport, 16) == port:
+                        found[int(fields[9])] = address
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def port_holders(port: int) -> tuple[bool, list[int]]:
+    """(is anything listening on ``port``, pids of the processes that own those sockets)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return False, []
+    wanted = set('socket:[%d]' % inode for inode in inodes)
+    pids = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        fd_dir = '/proc/%s/fd' % name
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    if os.readlink('%s/%s' % (fd_dir, fd)) in wanted:
+                        pids.append(int(name))
+                        break
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return True, sorted(pids)
+
+
+# ---------------------------------------------------------------- HTTP
+
+def probe_host(host: str) -> str:
+    """Where to connect to reach a server bound to ``host``."""
+    if host in ('0.0.0.0', ''):
+        return '127.0.0.1'
+    if host == '::':
+        return '::1'
+    return host
+
+
+def base_url(host: str, port: int) -> str:
+    if ':' in host:
+        return 'http://[%s]:%d' % (host, port)
+    return 'http://%s:%d' % (host, port)
+
+
+def http_get(url: str, api_key: str | None, timeout: float) -> tuple[int | None, str]:
+    """(status, body) of a GET, or (None, reason) when nothing answered."""
+    headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+    try:
+        # The server is local to the host: never through a proxy from the environment.
+        response = open_url(url, headers=headers, timeout=timeout, use_proxy=False, follow_redirects='none')
+        try:
+            return response.status, response.read().decode('utf-8', 'replace')
+        finally:
+            response.close()
+    except HTTPError as exc:
+        return exc.code, exc.read().decode('utf-8', 'replace')
+    except (URLError, socket.timeout, ConnectionError, OSError) as exc:
+        return None, str(getattr(exc, 'reason', exc))
+
+
+def tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, 'rb') as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode('utf-8', 'replace')
+    except OSError as exc:
+        return '<cannot read %s: %s>' % (path, exc)
+    return '\n'.join(data.splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- process supervisor
+
+def session_members(sid: int) -> list:
+    """Every process of session ``sid`` (the launcher, its children, and orphans that kept the session)."""
+    if not sid or sid <= 1:
+        return []
+    return [info for info in all_processes() if info.sid == sid]
+
+
+def process_alive(state: dict) -> bool:
+    pid, starttime = state.get('pid'), state.get('starttime')
+    return bool(pid) and not is_gone((pid, starttime))
+
+
+def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
+    """Start the server in a session of its own; return the Popen and its ProcessInfo."""
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,  # pylint: disable=consider-using-with
+                                cwd='/', close_fds=True, start_new_session=True, user=user)
+    except OSError as exc:
+        raise LaunchError('python: cannot start %s: %s' % (argv[0], exc)) from exc
+    finally:
+        os.close(fd)
+    info = None
+    for dummy in range(50):
+        info = read_process(proc.pid)
+        if info is not None:
+            break
+        time.sleep(0.01)
+    return proc, info
+
+
+def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: float = 0.05) -> dict:
+    """SIGTERM the server's process group, wait up to ``stop_timeout`` for the session to empty, then
+    SIGKILL every process left in it. Returns what happened."""
+    sid = state.get('sid') or state.get('pid')
+    start = time.monotonic()
+    report = dict(signal=None, seconds=0.0, killed=[])
+    members = session_members(sid)
+    if not members:
+        return report
+    if process_alive(state):
+        try:
+            os.killpg(state.get('pgid') or state['pid'], signal.SIGTERM)
+            report['signal'] = 'SIGTERM'
+        except ProcessLookupError:
+            pass
+    deadline = start + stop_timeout
+    while members and time.monotonic() < deadline:
+        time.sleep(poll)
+        members = [m for m in members if not is_gone(m.key)]
+    # What is left (a drain that never ends, a launcher that ignores SIGTERM, orphaned schedulers):
+    # the whole session, recomputed so children forked meanwhile are included.
+    for dummy in range(3):
+        members = session_members(sid)
+        if not members:
+            break
+        report['signal'] = 'SIGKILL'
+        report['killed'].extend(m.pid for m in members)
+        dummy_ended, stuck = terminate(members, 0.0, kill_timeout)
+        if stuck:
+            raise LaunchError('%d process(es) of the old server still alive %.0fs after SIGKILL (stuck in the kernel '
+                              'on the driver?): %s' % (len(stuck), kill_timeout,
+                                                       '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck)))
+    report['seconds'] = round(time.monotonic() - start, 3)
+    return report
+
+
+# ---------------------------------------------------------------- systemd supervisor
+
+def systemd_running() -> bool:
+    """systemd is PID 1 and manages services (what sd_booted() checks, plus PID 1 itself)."""
+    if not os.path.isdir('/run/systemd/system'):
+        return False
+    try:
+        with open('/proc/1/comm', encoding='utf-8') as handle:
+            return handle.read().strip() == 'systemd'
+    except OSError:
+        return False
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart= word: double-quoted, with systemd's escapes for \\, ", $ and %."""
+    escaped = arg.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+    return '"%s"' % escaped.replace('$', '$$').replace('%', '%%')
+
+
+def env_file_text(env: dict) -> str:
+    # EnvironmentFile= syntax: KEY="value" with \ and " escaped.
+    return ''.join('%s="%s"\n' % (key, env[key].replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n'))
+                   for key in sorted(env))
+
+
+def unit_text(name: str, argv: list[str], env_file: str, log_file: str, user: str | None, stop_timeout: float,
+              secret_file: str | None) -> str:
+    lines = [
+        '# Managed by gpufleet.sglang.sglang_launch; changes are overwritten.',
+        '# Secrets are not in this file: they are in %s and in the server\'s --config file, both private.' % env_file,
+        '[Unit]',
+        'Description=SGLang server %s' % name,
+        'After=network-online.target',
+        'Wants=network-online.target',
+        '',
+        '[Service]',
+        'Type=simple',
+        'ExecStart=%s' % ' '.join(systemd_quote(a) for a in argv),
+        'EnvironmentFile=%s' % env_file,
+        'WorkingDirectory=/',
+        # The whole cgroup goes on stop: orphaned schedulers cannot outlive the unit.
+        'KillMode=control-group',
+        'KillSignal=SIGTERM',
+        'SendSIGKILL=yes',
+        # SGLang drains with no time limit on SIGTERM; this bounds it.
+        'TimeoutStopSec=%ds' % max(1, int(round(stop_timeout))),
+        'Restart=no',
+        'StandardOutput=append:%s' % log_file,
+        'StandardError=inherit',
+    ]
+    if user:
+        lines.append('User=%s' % user)
+    if secret_file:
+        lines.append('# The API key file is read by the server itself: %s' % secret_file)
+    lines += ['', '[Install]', 'WantedBy=multi-user.target', '']
+    return '\n'.join(lines)

@@ -1,0 +1,206 @@
+"""sglang_launch on a simulated host, with the simulated SGLang server as real processes (process supervisor)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from simfleet import REPO, alive, ansible_env
+
+SERVER_PATH = '%s:%s' % (REPO / 'tests' / 'simsglang', REPO / 'tests' / 'simgpu')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def http(url: str, key: str | None = None) -> tuple[int, str]:
+    headers = {'Authorization': 'Bearer %s' % key} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def server_info(result: dict, key: str | None = None) -> dict:
+    status, body = http(result['url'] + '/server_info', key)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for name in (p for p in __import__('os').listdir('/proc') if p.isdigit()):
+        try:
+            with open('/proc/%s/stat' % name) as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in ('Z', 'X'):
+            pids.append(int(name))
+    return pids
+
+
+@pytest.fixture
+def sglang(host, tmp_path):
+    """Arguments of one instance on `host`; a finaliser stops it whatever the test did."""
+    args = dict(name='llama', model_path='sim/llama-8b', served_model_name='llama', gpus=['0'], port=free_port(),
+                python=str(host.python), environment=dict(PYTHONPATH=SERVER_PATH), state_dir=str(tmp_path / 'state'),
+                supervisor='process', ready_poll_interval=0.1, stop_timeout=5,
+                speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=3, eagle_topk=1,
+                                 num_draft_tokens=4))
+    yield args
+    host.module('sglang_launch', dict(args, state='stopped', stop_timeout=1))
+
+
+def run_playbook(host, args: dict, *options: str) -> subprocess.CompletedProcess:
+    """One sglang_launch task through ansible-playbook (check mode and diffs show there)."""
+    (host.root / 'launch.json').write_text(json.dumps(dict(launch_args=args)))
+    playbook = host.root / 'launch.yml'
+    playbook.write_text('- hosts: gpu_servers\n  gather_facts: false\n  tasks:\n'
+                        '    - name: Launch\n      gpufleet.sglang.sglang_launch: "{{ launch_args }}"\n')
+    return host.playbook(playbook, '-e', '@%s' % (host.root / 'launch.json'), *options)
+
+
+def configure(host, **settings) -> None:
+    (host.state_dir / 'simsglang.json').write_text(json.dumps(settings))
+
+
+def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
+    first = host.module('sglang_launch', sglang)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    assert first['url'] == 'http://127.0.0.1:%d' % sglang['port']
+    assert first['seconds_to_ready'] > 0 and alive(first['pid'])
+    assert server_info(first)['speculative_num_steps'] == 3
+    assert first['speculative']['running'] == dict(algorithm='EAGLE', num_steps=3, eagle_topk=1, num_draft_tokens=4)
+    gpu0 = host.module('gpu_info', dict(gpus=['0']))['gpus'][0]
+    assert gpu0['processes'] and all(p['cmdline'].startswith('sglang::') for p in gpu0['processes'])
+
+    again = host.module('sglang_launch', sglang)
+    assert not again['changed'] and not again['failed'] and again['pid'] == first['pid']
+
+    check = run_playbook(host, dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)),
+                         '--check', '--diff')
+    assert check.returncode == 0 and 'changed=1' in check.stdout, check.stdout + check.stderr
+    assert '-  num_steps: 3' in check.stdout and '+  num_steps: 2' in check.stdout
+    assert alive(first['pid']) and http(first['url'] + '/health')[0] == 200
+
+    relaunch = host.module('sglang_launch', dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)))
+    assert relaunch['changed'] and not relaunch['failed'], relaunch.get('msg')
+    assert relaunch['pid'] != first['pid'] and not alive(first['pid'])
+    assert relaunch['previous']['speculative']['num_steps'] == 3
+    assert relaunch['stopped']['signal'] == 'SIGTERM' and relaunch['stopped']['gpus_clean_after'] >= 0
+    info = server_info(relaunch)
+    assert (info['speculative_num_steps'], info['speculative_num_draft_tokens']) == (2, 3)
+
+
+def test_topk_one_with_wrong_draft_tokens_is_rejected_or_corrected(host, sglang):
+    wrong = dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=8))
+    refused = host.module('sglang_launch', wrong)
+    assert refused['failed'] and not refused['changed']
+    assert refused['msg'].startswith('speculative.num_draft_tokens: 8 ') and 'changed to 3' in refused['msg']
+    assert not (host.root / 'state').exists()
+    corrected = host.module('sglang_launch', dict(wrong, strict=False))
+    assert corrected['changed'] and not corrected['failed'], corrected.get('msg')
+    assert corrected['speculative']['corrections'] == dict(num_draft_tokens=dict(requested=8, effective=3))
+    assert corrected['speculative']['warnings'] == [
+        'speculative.num_draft_tokens: 8 is changed to 3 by SGLang: with eagle_topk 1 it must be num_steps + 1']
+    assert server_info(corrected)['speculative_num_draft_tokens'] == 3
+
+
+def test_stop_kills_orphans_and_leaves_gpus_clean(host, sglang):
+    configure(host, children_survive_kill=True, ignore_sigterm=True)
+    started = host.module('sglang_launch', dict(sglang, gpus=['1', '2'], tp_size=2, speculative=None))
+    assert started['changed'] and not started['failed'], started.get('msg')
+    assert len(session_pids(started['pid'])) >= 3
+    stopped = host.module('sglang_launch', dict(sglang, state='stopped', stop_timeout=1))
+    assert stopped['changed'] and not stopped['failed'], stopped.get('msg')
+    assert stopped['stopped']['signal'] == 'SIGKILL' and stopped['pid'] is None
+    assert session_pids(started['pid']) == []
+    gpus = host.module('gpu_info', dict(gpus=['1', '2']))['gpus']
+    assert [(g['used_mib'], g['processes']) for g in gpus] == [(0, []), (0, [])]
+    assert not host.module('sglang_launch', dict(sglang, state='stopped'))['changed']
+
+
+@pytest.mark.parametrize('change, field', [
+    (dict(extra_args={'no-such-flag': 1}), 'extra_args.no-such-flag'),
+    (dict(extra_args={'cuda-graph-max-bs': 8}), 'extra_args.cuda-graph-max-bs'),
+    (dict(speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=0, eagle_topk=1,
+                           num_draft_tokens=1)), 'speculative.num_steps'),
+    (dict(gpus=['9']), 'gpus'),
+    (dict(gpus=['0'], tp_size=2), 'tp_size'),
+    (dict(speculative=dict(algorithm='MEDUSA')), 'speculative.algorithm'),
+    (dict(environment=dict(CUDA_VISIBLE_DEVICES='3')), 'environment.CUDA_VISIBLE_DEVICES'),
+])
+def test_bad_parameter_leaves_the_server_serving(host, sglang, change, field):
+    running = host.module('sglang_launch', sglang)
+    assert running['changed'] and not running['failed'], running.get('msg')
+    bad = host.module('sglang_launch', dict(sglang, **change))
+    assert bad['failed'] and not bad['changed']
+    assert bad['msg'].startswith(field + ':') or bad['msg'].startswith(field + ' '), bad['msg']
+    assert alive(running['pid'])
+    assert http(running['url'] + '/health')[0] == 200
+    assert not host.module('sglang_launch', sglang)['changed']
+
+
+def test_port_held_by_a_foreign_process_is_refused(host, sglang):
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', sglang['port']))
+        sock.listen()
+        result = host.module('sglang_launch', sglang)
+    assert result['failed'] and result['msg'].startswith('port: %d is already in use by pid ' % sglang['port']), result['msg']
+
+
+def test_crash_at_startup_fails_with_the_log_tail(host, sglang):
+    configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message='RuntimeError: simulated crash for steps 5')
+    result = host.module('sglang_launch', dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    assert result['failed'] and 'exited during startup' in result['msg']
+    assert 'RuntimeError: simulated crash for steps 5' in result['msg']
+    gpu0 = host.module('gpu_info', dict(gpus=['0']))['gpus'][0]
+    assert gpu0['processes'] == []
+
+
+def test_api_key_is_never_shown(host, sglang, tmp_path):
+    key = 'sk-gpufleet-9f2c71d0e4b84a55'
+    args = dict(sglang, api_key=key)
+    inventory = tmp_path / 'vvv.ini'
+    inventory.write_text('[gpu_servers]\n%s\n' % host.inventory_line())
+    out = subprocess.run(['ansible', host.name, '-i', str(inventory), '-vvv', '-m', 'gpufleet.sglang.sglang_launch',
+                          '-a', json.dumps(args)], env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert '"changed": true' in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    assert key not in out.stdout + out.stderr
+    state = json.loads((tmp_path / 'state' / 'llama.json').read_text())
+    assert key not in (tmp_path / 'state' / 'llama.json').read_text()
+    assert (tmp_path / 'state' / 'llama.json').stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / 'state' / 'llama.secret.yaml').stat().st_mode & 0o777 == 0o600
+    for pid in session_pids(state['pid']):
+        with open('/proc/%d/cmdline' % pid, 'rb') as f:
+            assert key.encode() not in f.read()
+        with open('/proc/%d/environ' % pid, 'rb') as f:
+            assert key.encode() not in f.read()
+    assert key not in (tmp_path / 'state' / 'llama.log').read_text()
+    # The key reached SGLang (through its --config file): requests without it are refused.
+    assert http(state['url'] + '/server_info')[0] == 401
+    assert http(state['url'] + '/server_info', key)[0] == 200
+    again = host.module('sglang_launch', args)
+    assert not again['changed'] and key not in json.dumps(again)
+
+
+def test_concurrent_launches_do_not_interleave(host, sglang):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda dummy: host.module('sglang_launch', sglang), range(2)))
+    assert [r['failed'] for r in results] == [False, False], [r.get('msg') for r in results]
+    assert sorted(r['changed'] for r in results) == [False, True]
+    assert results[0]['pid'] == results[1]['pid'] and alive(results[0]['pid'])
+    # One server was started: its log has one startup, and the waiting launch found it serving.
+    with open(sglang['state_dir'] + '/llama.log', encoding='utf-8') as f:
+        assert f.read().count('Load weight begin') == 1
