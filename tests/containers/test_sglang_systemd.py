@@ -179,8 +179,8 @@ def test_sglang_launch_systemd(gpu_host: str, tmp_path: Path) -> None:
     assert dirs and tc.cexec(host, f"cat {dirs[0]}/cgroup.procs").stdout.split(), f"no processes in {cgroup}"
 
     # 4. stop
-    res4, TIMINGS["sglang/systemd: stop (s)"] = module(host, tmp_path, {"name": "demo", "state": "stopped",
-                                                                          "supervisor": "systemd", "python": PY})
+    stop = {"name": "demo", "state": "stopped", "supervisor": "systemd", "python": PY}
+    res4, TIMINGS["sglang/systemd: stop (s)"] = module(host, tmp_path, stop)
     assert not res4["failed"], res4
     assert res4["changed"] is True, res4
     assert unit_state(host, unit) in ("inactive", "failed", "unknown"), unit_state(host, unit)
