@@ -201,6 +201,9 @@ options:
     description:
       - V(systemd) runs the server as the unit C(/etc/systemd/system/sglang-<name>.service)
         (C(KillMode=control-group), C(TimeoutStopSec) from O(stop_timeout)); the unit is not enabled.
+        On stop every process of the unit gets SIGTERM at once, so SGLang's children exit without
+        draining in-flight requests; whatever is left after O(stop_timeout) gets SIGKILL, and the
+        whole cgroup is gone when the stop returns.
       - V(process) starts it in a session of its own with its pid and start time in the state file.
       - V(auto) picks V(systemd) when systemd is PID 1, else V(process).
     type: str
@@ -410,6 +413,11 @@ class Launcher:
                 self.fail('%s: %s is out of range; it must be more than 0 seconds' % (field, params[field]))
         if params['max_used_mib'] < 0:
             self.fail('max_used_mib: %s is out of range; it must be at least 0' % params['max_used_mib'])
+        if params['run_as']:
+            try:
+                pwd.getpwnam(params['run_as'])
+            except KeyError:
+                self.fail('run_as: user %r does not exist on this host' % params['run_as'])
         if params['state'] == 'stopped':
             return
         if not params['model_path'] or not params['model_path'].strip():
@@ -418,11 +426,6 @@ class Launcher:
             self.fail('port: %s is out of range; it must be 1-65535' % params['port'])
         if not params['host'] or any(c.isspace() for c in params['host']):
             self.fail('host: %r is not an address' % params['host'])
-        if params['run_as']:
-            try:
-                pwd.getpwnam(params['run_as'])
-            except KeyError:
-                self.fail('run_as: user %r does not exist on this host' % params['run_as'])
         python = params['python']
         if os.path.isdir(python):
             python = os.path.join(python, 'bin', 'python')
