@@ -15,7 +15,7 @@ collection: bootstrap
 	@tests/tools/collection-tree.sh >/dev/null
 
 demo: bootstrap
-	python tests/demo/fleet_reset_demo.py
+	python tests/demo/fleet_relaunch_demo.py
 
 test: sanity units lint integration contract containers
 	@echo "all test tiers passed"

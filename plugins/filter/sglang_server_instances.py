@@ -1,0 +1,141 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+name: sglang_server_instances
+short_description: Resolve the instances of the sglang_server role into sglang_launch arguments
+version_added: 0.1.0
+description:
+  - Takes the role's defaults for one instance (the plain C(sglang_server_*) values, without the
+    prefix) and the list C(sglang_server_instances), and returns one entry per instance with the
+    arguments of M(gpufleet.sglang.sglang_launch) (C(launch)) and the role's own per-instance options
+    (C(smoke), C(smoke_max_tokens), C(rollback)).
+  - Each instance's C(speculative) mapping is merged over the default one, then O(override) is merged
+    over it (the shorthands of the relaunch playbook). When the override changes C(num_steps) or
+    C(eagle_topk) but not C(num_draft_tokens), and SGLang's rules leave only one valid value for the
+    draft tokens (C(eagle_topk) 1 forces C(num_steps) + 1), that value is used, so C(-e steps=2)
+    alone is enough. The rule comes from the collection's one copy of SGLang's speculative rules.
+  - Fails when two instances share a name or a port.
+options:
+  _input:
+    description: The defaults of one instance (keys without the C(sglang_server_) prefix).
+    type: dict
+    required: true
+  instances:
+    description: Per-instance overrides; an empty list means one instance from the defaults.
+    type: list
+    elements: dict
+    required: true
+  override:
+    description: Speculative settings merged over every instance's (null values are ignored).
+    type: dict
+    default: {}
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
+'''
+
+EXAMPLES = r'''
+- name: Resolve the instances of the host
+  ansible.builtin.set_fact:
+    instances: >-
+      {{ {'name': 'default', 'model_path': '/models/llama', 'port': 30000}
+         | gpufleet.sglang.sglang_server_instances([{'name': 'a', 'gpus': [0, 1, 2, 3]},
+                                                   {'name': 'b', 'gpus': [4, 5, 6, 7], 'port': 30001}],
+                                                  {'num_steps': 3}) }}
+'''
+
+RETURN = r'''
+_value:
+  description: One entry per instance with C(name), C(launch) (sglang_launch arguments), C(smoke),
+    C(smoke_max_tokens) and C(rollback).
+  type: list
+  elements: dict
+'''
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
+
+# sglang_launch options the role passes through; the rest of an instance's keys are the role's own.
+LAUNCH_KEYS = ('name', 'model_path', 'served_model_name', 'host', 'port', 'gpus', 'tp_size', 'python', 'speculative',
+               'strict', 'extra_args', 'environment', 'api_key', 'supervisor', 'ready_timeout', 'state_dir',
+               'ready_poll_interval', 'stop_timeout', 'run_as', 'enable_metrics', 'log_level')
+ROLE_KEYS = ('smoke', 'smoke_max_tokens', 'rollback')
+SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens')
+COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
+
+
+def _count(value):
+    # -e steps=3 arrives as the string '3'; anything else is left for sglang_launch to refuse by name.
+    if isinstance(value, str) and value.strip().lstrip('-').isdigit():
+        return int(value)
+    return value
+
+
+def merge_speculative(base: dict | None, override: dict | None) -> dict | None:
+    """``override`` over ``base``; draft tokens follow steps where SGLang allows only one value."""
+    override = dict((k, _count(v) if k in COUNT_KEYS else v) for k, v in (override or {}).items() if v is not None and v != '')
+    unknown = sorted(set(override) - set(SPECULATIVE_KEYS))
+    if unknown:
+        raise AnsibleFilterError('speculative: unknown key(s) %s; use %s' % (', '.join(unknown), ', '.join(SPECULATIVE_KEYS)))
+    if not override:
+        return base
+    merged = dict(base or {})
+    merged.update(override)
+    if 'num_draft_tokens' in override or not ({'num_steps', 'eagle_topk'} & set(override)):
+        return merged
+    if merged.get('num_draft_tokens') is None:
+        return merged
+    try:
+        resolved = resolve(algorithm=merged.get('algorithm'), draft_model_path=merged.get('draft_model_path'),
+                           num_steps=merged.get('num_steps'), eagle_topk=merged.get('eagle_topk'),
+                           num_draft_tokens=merged.get('num_draft_tokens'), strict=False)
+    except SpeculativeError:
+        return merged  # the preflight reports it, with the field and the value
+    correction = resolved['corrections'].get('num_draft_tokens')
+    if correction:
+        merged['num_draft_tokens'] = correction['effective']
+    return merged
+
+
+def sglang_server_instances(defaults: dict, instances: list, override: dict | None = None) -> list[dict]:
+    if not isinstance(defaults, dict):
+        raise AnsibleFilterError('sglang_server_instances expects a mapping of defaults, got %s' % type(defaults).__name__)
+    if not isinstance(instances, list) or not all(isinstance(i, dict) for i in instances):
+        raise AnsibleFilterError('sglang_server_instances: a list of mappings is expected, got %r' % (instances,))
+    resolved = []
+    seen_names, seen_ports = {}, {}
+    for index, instance in enumerate(instances or [{}]):
+        unknown = sorted(set(instance) - set(LAUNCH_KEYS) - set(ROLE_KEYS))
+        if unknown:
+            raise AnsibleFilterError('sglang_server_instances[%d]: unknown key(s) %s' % (index, ', '.join(unknown)))
+        merged = dict(defaults)
+        merged.update(instance)
+        base_spec = dict(defaults.get('speculative') or {})
+        base_spec.update(instance.get('speculative') or {})
+        speculative = merge_speculative(base_spec or None, override)
+        # An empty string means "not set", as in the role's defaults.
+        launch = dict((key, merged[key]) for key in LAUNCH_KEYS if merged.get(key) not in (None, ''))
+        launch['speculative'] = speculative if speculative else None
+        launch['gpus'] = [str(gpu) for gpu in merged.get('gpus') or []]
+        name = str(launch.get('name') or 'default')
+        launch['name'] = name
+        if name in seen_names:
+            raise AnsibleFilterError('sglang_server_instances[%d].name: %r is also the name of instance %d' % (index, name, seen_names[name]))
+        port = launch.get('port')
+        if port in seen_ports:
+            raise AnsibleFilterError('sglang_server_instances[%d].port: %s is also the port of instance %r' % (index, port, seen_ports[port]))
+        seen_names[name] = index
+        seen_ports[port] = name
+        resolved.append(dict(name=name, launch=launch, smoke=bool(merged.get('smoke', True)),
+                             smoke_max_tokens=int(merged.get('smoke_max_tokens') or 0),
+                             rollback=bool(merged.get('rollback', True))))
+    return resolved
+
+
+class FilterModule:
+    def filters(self):
+        return {'sglang_server_instances': sglang_server_instances}

@@ -1,0 +1,382 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: sglang_info
+short_description: Read what the SGLang servers of a host run, whether they serve, and how fast
+version_added: 0.1.0
+description:
+  - Reads the state that M(gpufleet.sglang.sglang_launch) keeps for each instance (the resolved
+    configuration, the command line, the process or unit, the previous configuration), checks
+    whether the server runs and answers C(/health), and reads back C(/server_info), that is the speculative
+    parameters SGLang resolved, its version, and the average accept length and generation throughput
+    it measured.
+  - With O(smoke_max_tokens) it also sends one short generation to C(/generate) and reports its tokens
+    per second and accept length. That adds one request to the server's load and changes nothing else.
+  - Read-only, it never reports changed. API keys are never returned; C(/server_info) fields that hold
+    secrets are masked.
+extends_documentation_fragment:
+  - gpufleet.sglang.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the same things in check mode (a smoke generation included).
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  names:
+    description:
+      - The instances to read, by the names given to M(gpufleet.sglang.sglang_launch).
+      - Empty means every instance that has a state file in O(state_dir).
+      - An instance without a state file is returned with C(exists=false), not as an error.
+    type: list
+    elements: str
+    default: []
+  state_dir:
+    description: The state directory of M(gpufleet.sglang.sglang_launch).
+    type: path
+    default: /var/lib/gpufleet-sglang
+  api_key:
+    description:
+      - "API key of the servers, sent as C(Authorization: Bearer <key>) to C(/server_info) and C(/generate).
+        C(/health) needs none."
+    type: str
+  timeout:
+    description: Seconds to wait for each HTTP answer.
+    type: float
+    default: 10
+  smoke_max_tokens:
+    description:
+      - When above 0, each serving instance generates this many tokens for O(smoke_prompt) (greedy,
+        end of sequence ignored) and the result carries C(smoke).
+    type: int
+    default: 0
+  smoke_prompt:
+    description: Prompt of the smoke generation.
+    type: str
+    default: Explain speculative decoding in one paragraph.
+requirements:
+  - Python 3.9 or later on the managed host.
+notes:
+  - Reading a unit's state needs C(systemctl) for instances run under the systemd supervisor.
+seealso:
+  - module: gpufleet.sglang.sglang_launch
+  - module: gpufleet.sglang.gpu_info
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
+'''
+
+EXAMPLES = r'''
+- name: Read every instance of the host
+  gpufleet.sglang.sglang_info:
+  register: sglang
+
+- name: Show what each instance runs
+  ansible.builtin.debug:
+    msg: "{{ item.name }}: {{ item.speculative }} healthy={{ item.healthy }} accept={{ item.accept_length }}"
+  loop: "{{ sglang.instances }}"
+  loop_control:
+    label: "{{ item.name }}"
+
+- name: Generate 64 tokens on the instance llama and measure it
+  gpufleet.sglang.sglang_info:
+    names: [llama]
+    smoke_max_tokens: 64
+    api_key: "{{ vault_sglang_api_key }}"
+  register: smoke
+
+- name: Fail when it does not serve
+  ansible.builtin.assert:
+    that: smoke.instances[0].smoke.completion_tokens > 0
+'''
+
+RETURN = r'''
+instances:
+  description: One entry per instance, ordered by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Instance name.
+      type: str
+      sample: llama
+    exists:
+      description: Whether the instance has a state file.
+      type: bool
+      sample: true
+    state_file:
+      description: Path of the state file.
+      type: str
+      sample: /var/lib/gpufleet-sglang/llama.json
+    running:
+      description: Whether its server process (or unit) is alive.
+      type: bool
+      sample: true
+    healthy:
+      description: Whether C(/health) answered 200.
+      type: bool
+      sample: true
+    health_status:
+      description: HTTP status of C(/health); null when nothing answered.
+      type: int
+      sample: 200
+    url:
+      description: Base URL of the server.
+      type: str
+      sample: http://127.0.0.1:30000
+    pid:
+      description: PID of the launcher; null when not running.
+      type: int
+      sample: 48200
+    unit:
+      description: systemd unit, with the systemd supervisor.
+      type: str
+      sample: sglang-llama.service
+    supervisor:
+      description: C(process) or C(systemd).
+      type: str
+      sample: process
+    config:
+      description: The resolved configuration sglang_launch recorded (secrets only as C(set)).
+      type: dict
+      sample: {model_path: /models/llama, port: 30000, gpus: [0, 1], tp_size: 2}
+    previous:
+      description: The configuration that ran before the last change; null if none.
+      type: dict
+      sample: {model_path: /models/llama, port: 30000, gpus: [0, 1], tp_size: 2}
+    argv:
+      description: The server's command line, secrets masked.
+      type: list
+      elements: str
+      sample: [/opt/sglang/venv/bin/python, -m, sglang.launch_server, --model-path, /models/llama]
+    started_at:
+      description: When the server was started (UTC, ISO 8601).
+      type: str
+      sample: '2025-01-31T10:12:44+00:00'
+    seconds_to_ready:
+      description: Seconds the server took to serve after its start.
+      type: float
+      sample: 41.7
+    speculative:
+      description: The speculative parameters SGLang runs, from C(/server_info); null when it did not answer.
+      type: dict
+      sample: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
+    version:
+      description: SGLang version the server reports.
+      type: str
+      sample: 0.5.23
+    accept_length:
+      description: Average accept length since start (C(internal_states[0].avg_spec_accept_length)); null
+        without speculative decoding or before the first request.
+      type: float
+      sample: 2.41
+    gen_throughput:
+      description: Last generation throughput the server logged (C(internal_states[0].last_gen_throughput)), tokens/s.
+      type: float
+      sample: 86.1
+    server_info:
+      description: The whole C(/server_info) answer with secrets masked; null when it did not answer 200.
+      type: dict
+      sample: {speculative_num_steps: 3, version: 0.5.23, api_key: '********'}
+    smoke:
+      description:
+        - The smoke generation (with O(smoke_max_tokens)); null otherwise. C(ok) is false with C(error)
+          when the server did not answer 200 or generated nothing.
+      type: dict
+      sample: {ok: true, completion_tokens: 64, seconds: 0.74, tok_s: 86.5, accept_length: 2.4, error: null}
+    error:
+      description: Why the instance could not be read (an unreadable state file); null otherwise.
+      type: str
+      sample: null
+'''
+
+import json
+import os
+import socket
+import time
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
+    MASK, LaunchError, http_get, process_alive, read_state,
+)
+
+SECRET_KEYS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'hf_token')
+SECRET_FLAGS = ('--api-key', '--admin-api-key', '--ssl-keyfile-password')
+
+
+def mask_server_info(info: dict) -> dict:
+    """A copy of /server_info without secrets: SGLang returns api_key itself to an authorised caller."""
+    masked = dict(info)
+    for key in SECRET_KEYS:
+        if masked.get(key):
+            masked[key] = MASK
+    command = masked.get('launch_command')
+    if isinstance(command, str):
+        words = command.split()
+        for index, word in enumerate(words[:-1]):
+            if word in SECRET_FLAGS:
+                words[index + 1] = MASK
+        masked['launch_command'] = ' '.join(words)
+    return masked
+
+
+def http_post_json(url: str, payload: dict, api_key: str | None, timeout: float) -> tuple[int | None, str]:
+    headers = {'Content-Type': 'application/json'}
+    if api_key:
+        headers['Authorization'] = 'Bearer %s' % api_key
+    try:
+        response = open_url(url, data=json.dumps(payload), method='POST', headers=headers, timeout=timeout,
+                            use_proxy=False, follow_redirects='none')
+        try:
+            return response.status, response.read().decode('utf-8', 'replace')
+        finally:
+            response.close()
+    except HTTPError as exc:
+        return exc.code, exc.read().decode('utf-8', 'replace')
+    except (URLError, socket.timeout, ConnectionError, OSError) as exc:
+        return None, str(getattr(exc, 'reason', exc))
+
+
+def as_float(value) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class InstanceReader:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
+
+    def names(self) -> list[str]:
+        if self.params['names']:
+            return sorted(set(self.params['names']))
+        try:
+            entries = os.listdir(self.params['state_dir'])
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self.module.fail_json(msg='state_dir: cannot read %s: %s' % (self.params['state_dir'], exc))
+        # <name>.json is sglang_launch's state file; its other files have other suffixes.
+        return sorted(entry[:-5] for entry in entries if entry.endswith('.json') and not entry.startswith('.'))
+
+    def running(self, state: dict) -> bool:
+        if not state.get('running'):
+            return False
+        if state.get('supervisor') == 'systemd':
+            rc, out, dummy = self.module.run_command(['systemctl', 'is-active', state.get('unit') or 'sglang-%s.service' % state.get('name')])
+            return rc == 0 or out.strip() in ('active', 'activating', 'deactivating')
+        return process_alive(state)
+
+    def read(self, name: str) -> dict:
+        path = os.path.join(self.params['state_dir'], '%s.json' % name)
+        out = dict(name=name, exists=False, state_file=path, running=False, healthy=False, health_status=None,
+                   url=None, pid=None, unit=None, supervisor=None, config=None, previous=None, argv=None,
+                   started_at=None, seconds_to_ready=None, speculative=None, version=None, accept_length=None,
+                   gen_throughput=None, server_info=None, smoke=None, error=None)
+        try:
+            state = read_state(path)
+        except (LaunchError, OSError) as exc:
+            out['error'] = str(exc)
+            return out
+        if state is None:
+            return out
+        running = self.running(state)
+        out.update(exists=True, running=running, url=state.get('url'), unit=state.get('unit'),
+                   supervisor=state.get('supervisor'), config=state.get('config'), previous=state.get('previous'),
+                   argv=state.get('argv'), started_at=state.get('started_at'),
+                   seconds_to_ready=state.get('seconds_to_ready'), pid=state.get('pid') if running else None)
+        probe = state.get('probe_url') or state.get('url')
+        if not running or not probe:
+            return out
+        timeout = self.params['timeout']
+        out['health_status'], dummy = http_get(probe + '/health', None, timeout)
+        out['healthy'] = out['health_status'] == 200
+        status, body = http_get(probe + '/server_info', self.params['api_key'], timeout)
+        if status == 200:
+            try:
+                info = json.loads(body)
+            except ValueError:
+                info = None
+            if isinstance(info, dict):
+                self.use_server_info(out, info)
+        if out['healthy'] and self.params['smoke_max_tokens'] > 0:
+            out['smoke'] = self.smoke(probe)
+        return out
+
+    def use_server_info(self, out: dict, info: dict) -> None:
+        states = info.get('internal_states') or [{}]
+        first = states[0] if isinstance(states[0], dict) else {}
+        algorithm = info.get('speculative_algorithm')
+        out.update(
+            server_info=mask_server_info(info), version=info.get('version'),
+            accept_length=as_float(first.get('avg_spec_accept_length')),
+            gen_throughput=as_float(first.get('last_gen_throughput')),
+            speculative=dict(algorithm=None if algorithm in (None, '', 'NONE', 'none') else algorithm,
+                             num_steps=info.get('speculative_num_steps'), eagle_topk=info.get('speculative_eagle_topk'),
+                             num_draft_tokens=info.get('speculative_num_draft_tokens')),
+        )
+
+    def smoke(self, probe: str) -> dict:
+        payload = dict(text=self.params['smoke_prompt'],
+                       sampling_params=dict(max_new_tokens=self.params['smoke_max_tokens'], temperature=0,
+                                            ignore_eos=True))
+        start = time.monotonic()
+        status, body = http_post_json(probe + '/generate', payload, self.params['api_key'],
+                                      max(self.params['timeout'], 60.0))
+        wall = time.monotonic() - start
+        result = dict(ok=False, completion_tokens=0, seconds=round(wall, 3), tok_s=None, accept_length=None, error=None)
+        if status != 200:
+            result['error'] = 'POST /generate answered %s: %s' % (status, body[:200])
+            return result
+        try:
+            meta = json.loads(body).get('meta_info') or {}
+        except (ValueError, AttributeError):
+            result['error'] = 'POST /generate did not answer JSON: %s' % body[:200]
+            return result
+        tokens = int(meta.get('completion_tokens') or 0)
+        # SGLang's own measure of the request, without the HTTP round trip; wall time where it has none.
+        seconds = as_float(meta.get('e2e_latency')) or wall
+        result.update(completion_tokens=tokens, seconds=round(seconds, 3),
+                      tok_s=round(tokens / seconds, 1) if seconds > 0 else None,
+                      accept_length=as_float(meta.get('spec_accept_length')))
+        if tokens <= 0:
+            result['error'] = 'POST /generate generated no token'
+        else:
+            result['ok'] = True
+        return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            names=dict(type='list', elements='str', default=[]),
+            state_dir=dict(type='path', default='/var/lib/gpufleet-sglang'),
+            api_key=dict(type='str', no_log=True),
+            timeout=dict(type='float', default=10),
+            smoke_max_tokens=dict(type='int', default=0, no_log=False),
+            smoke_prompt=dict(type='str', default='Explain speculative decoding in one paragraph.'),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params['timeout'] <= 0:
+        module.fail_json(msg='timeout: %s is out of range; it must be more than 0 seconds' % module.params['timeout'])
+    if module.params['smoke_max_tokens'] < 0:
+        module.fail_json(msg='smoke_max_tokens: %s is out of range; it must be 0 or more' % module.params['smoke_max_tokens'])
+    reader = InstanceReader(module)
+    module.exit_json(changed=False, instances=[reader.read(name) for name in reader.names()])
+
+
+if __name__ == '__main__':
+    main()
