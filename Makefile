@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration lint contract containers bench lock clean
+.PHONY: bootstrap collection demo test sanity units integration lint contract containers molecule awx bench lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units lint integration contract containers
+test: sanity units lint integration contract containers molecule awx
 	@echo "all test tiers passed"
 
 sanity: collection
@@ -26,8 +26,12 @@ sanity: collection
 units: collection
 	cd .build/ansible_collections/gpufleet/sglang && ansible-test units --venv --python 3.11 --color no
 
+# awx/apply.yml and the molecule scenarios use awx.awx and containers.podman: unpacked into .cache first.
 lint: collection
-	cd .build/ansible_collections/gpufleet/sglang && ansible-lint --profile production --strict
+	tests/awx/install-awx-collection.sh
+	tests/containers/install-collections.sh
+	cd .build/ansible_collections/gpufleet/sglang && \
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections ansible-lint --profile production --strict
 
 integration: collection
 	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
@@ -35,11 +39,20 @@ integration: collection
 contract: bootstrap
 	python -m pytest -p no:cacheprovider tests/contract
 
+# AWX job templates run through ansible-runner on the simulated fleet; apply.yml and the execution environment.
+awx: bootstrap
+	tests/awx/install-awx-collection.sh
+	python -m pytest -p no:cacheprovider -n 2 tests/awx
+
 # Podman containers running systemd, built locally once per machine (needs root).
 containers: bootstrap
 	tests/containers/prepare.sh
 	tests/containers/install-collections.sh
 	python -m pytest -p no:cacheprovider tests/containers
+
+# Molecule fleet scenarios (extensions/molecule): three podman hosts each, simulated GPUs (needs root).
+molecule: containers
+	tests/molecule/run.sh
 
 bench: collection
 	python tests/bench/wait_clean_latency.py

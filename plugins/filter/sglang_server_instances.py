@@ -87,12 +87,13 @@ def merge_speculative(base: dict | None, override: dict | None) -> dict | None:
     merged.update(override)
     if 'num_draft_tokens' in override or not ({'num_steps', 'eagle_topk'} & set(override)):
         return merged
-    if merged.get('num_draft_tokens') is None:
-        return merged
+    # A stale draft-token count from the inventory is corrected; a missing one is probed with 1. Either
+    # way it is set only where SGLang's rules replace it with the one value they allow.
+    probe = merged.get('num_draft_tokens')
     try:
         resolved = resolve(algorithm=merged.get('algorithm'), draft_model_path=merged.get('draft_model_path'),
                            num_steps=merged.get('num_steps'), eagle_topk=merged.get('eagle_topk'),
-                           num_draft_tokens=merged.get('num_draft_tokens'), strict=False)
+                           num_draft_tokens=1 if probe is None else probe, strict=False)
     except SpeculativeError:
         return merged  # the preflight reports it, with the field and the value
     correction = resolved['corrections'].get('num_draft_tokens')

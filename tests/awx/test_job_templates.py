@@ -1,0 +1,336 @@
+"""The AWX layer: job templates and surveys as data, launched the way AWX launches a job.
+
+- The surveys are what AWX would accept, and their limits and choices are the collection's own
+  rules (plugins/module_utils/_speculative.py), so the two cannot drift apart.
+- Every job template runs through ansible-runner with an AWX-like private data directory, the survey's
+  answers as extra variables, against a simulated fleet, and ends 'successful' with every host ok and
+  the summary table in a debug event.
+- Answers outside the rules are refused before anything runs: by the survey (AWX's own checks), and
+  again, when passed straight as extra variables, by the relaunch playbook's preflight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from awx_job import run_job, run_jobs
+from awx_survey import SurveyRefused, element_errors, launch_extra_vars, spec_errors
+from relaunch_fleet import host_vars, server_pid, state, stop_all
+from simfleet import REPO, VENV_BIN, alive, ansible_env
+
+sys.path.insert(0, str(REPO / 'plugins' / 'module_utils'))
+import _speculative  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+AWX = REPO / 'awx'
+TEMPLATES = yaml.safe_load((AWX / 'job_templates.yml').read_text())['gpufleet_awx_job_templates']
+BY_PLAYBOOK = dict((t['playbook'], t) for t in TEMPLATES)
+RELAUNCH = BY_PLAYBOOK['playbooks/relaunch.yml']
+
+
+def question(template: dict, variable: str) -> dict:
+    [element] = [e for e in template['survey_spec']['spec'] if e['variable'] == variable]
+    return element
+
+
+# Survey answers outside the rules: (answers, what AWX says, the field the playbook's preflight names or
+# None where only the survey has a rule: a guardrail maximum, or a job setting such as the batch size).
+OUT_OF_RANGE = [
+    (dict(steps=0), "'steps' value 0 is too small (must be at least 1).", 'speculative.num_steps: 0'),
+    (dict(steps=-2), "'steps' value -2 is too small (must be at least 1).", 'speculative.num_steps: -2'),
+    (dict(topk=0), "'topk' value 0 is too small (must be at least 1).", 'speculative.eagle_topk: 0'),
+    (dict(draft_tokens=0), "'draft_tokens' value 0 is too small (must be at least 1).", 'speculative.num_draft_tokens: 0'),
+    (dict(algorithm='MEDUSA'), "Value MEDUSA for 'algorithm' expected to be one of", "speculative.algorithm: 'MEDUSA'"),
+    (dict(algorithm='NONE'), "Value NONE for 'algorithm' expected to be one of", "speculative.algorithm: 'NONE'"),
+    (dict(steps='3'), "Value 3 for 'steps' expected to be an integer.", None),
+    (dict(steps=33), "'steps' value 33 is too large (must be no more than 32).", None),
+    (dict(draft_tokens=129), "'draft_tokens' value 129 is too large (must be no more than 128).", None),
+    (dict(batch=0), "'batch' value 0 is too small (must be at least 1).", None),
+    (dict(max_fail_percentage=101), "'max_fail_percentage' value 101 is too large (must be no more than 100).", None),
+    (dict(target=''), "'target' value  is too small (length is 0 must be at least 1).", None),
+]
+
+
+# --- the surveys as data --------------------------------------------------------------------------
+
+def test_every_playbook_has_a_job_template_whose_survey_awx_accepts():
+    assert sorted(BY_PLAYBOOK) == ['playbooks/install.yml', 'playbooks/relaunch.yml', 'playbooks/reset.yml',
+                                   'playbooks/status.yml']
+    assert len(set(t['name'] for t in TEMPLATES)) == len(TEMPLATES)
+    for template in TEMPLATES:
+        assert (REPO / template['playbook']).is_file(), template['playbook']
+        assert spec_errors(template['survey_spec']) == [], template['name']
+        # Every question sets a variable the playbook reads: a survey cannot ask for nothing.
+        text = (REPO / template['playbook']).read_text()
+        for element in template['survey_spec']['spec']:
+            assert re.search(r'\b%s\b' % element['variable'], text), (template['playbook'], element['variable'])
+            # A default must pass its own question, or AWX silently drops it.
+            if 'default' in element:
+                assert element_errors(element, {element['variable']: element['default']}) == [], element
+        assert question(template, 'target')['default'] == 'gpu_servers'
+
+
+def test_relaunch_survey_asks_for_the_relaunch_interface():
+    asked = dict((e['variable'], e['type']) for e in RELAUNCH['survey_spec']['spec'])
+    assert asked == dict(target='text', algorithm='multiplechoice', draft_model='text', steps='integer',
+                         topk='integer', draft_tokens='integer', batch='integer', max_fail_percentage='integer')
+    # Unanswered speculative questions keep each host's configuration: none is required or has a default.
+    for variable in ('algorithm', 'draft_model', 'steps', 'topk', 'draft_tokens'):
+        assert not question(RELAUNCH, variable)['required'] and 'default' not in question(RELAUNCH, variable)
+
+
+def test_algorithm_choices_are_the_algorithms_sglang_accepts():
+    choices = question(RELAUNCH, 'algorithm')['choices']
+    assert choices == list(_speculative.ALGORITHMS)
+    for name in choices:
+        assert _speculative.normalize_algorithm(name) == name
+    for name in _speculative.INTERNAL_ALGORITHMS:
+        assert name not in choices
+        with pytest.raises(_speculative.SpeculativeError):
+            _speculative.normalize_algorithm(name)
+
+
+def _resolve_with(field: str, value: int) -> dict:
+    """resolve() with `field` at `value` and the other two speculative counts valid around it."""
+    counts = dict(num_steps=3, eagle_topk=2, num_draft_tokens=4)
+    counts[field] = value
+    return _speculative.resolve(algorithm='EAGLE', draft_model_path='draft', **counts)
+
+
+@pytest.mark.parametrize('variable, field', [('steps', 'num_steps'), ('topk', 'eagle_topk'),
+                                             ('draft_tokens', 'num_draft_tokens')])
+def test_integer_limits_are_sglangs(variable, field):
+    element = question(RELAUNCH, variable)
+    # The minimum is the smallest value SGLang's rules accept.
+    assert _resolve_with(field, element['min'])[field] == element['min']
+    with pytest.raises(_speculative.SpeculativeError) as refused:
+        _resolve_with(field, element['min'] - 1)
+    assert refused.value.field == 'speculative.%s' % field
+    # The maximum is a guardrail (SGLang has none, but for UNO's verify width): it never refuses a
+    # value SGLang picks by itself, and SGLang accepts it.
+    auto = [params[('num_steps', 'eagle_topk', 'num_draft_tokens').index(field)]
+            for params in [_speculative.AUTO_PARAMS_DEFAULT] + list(_speculative.AUTO_PARAMS_BY_ARCHITECTURE.values())]
+    assert element['max'] >= max(auto)
+    assert _resolve_with(field, element['max'])[field] == element['max']
+    if field == 'num_draft_tokens':
+        assert element['max'] == _speculative.UNO_MAX_VERIFY_WIDTH
+
+
+# --- AWX's survey rules (the helper) --------------------------------------------------------------
+
+def test_survey_helper_follows_awx_rules():
+    element = dict(variable='n', type='integer', required=True, min=1, max=5, question_name='n')
+    assert element_errors(element, dict(n=1)) == [] and element_errors(element, dict(n=5)) == []
+    assert element_errors(element, {}) == ["'n' value missing"]
+    assert element_errors(element, dict(n=True)) == ["Value True for 'n' expected to be an integer."]
+    assert element_errors(element, dict(n=6)) == ["'n' value 6 is too large (must be no more than 5)."]
+    optional = dict(element, required=False)
+    assert element_errors(optional, {}) == []
+    choice = dict(variable='c', type='multiplechoice', required=False, choices='A\nB\n', question_name='c')
+    assert element_errors(choice, dict(c='B')) == [] and element_errors(choice, dict(c='a')) != []
+    text = dict(variable='t', type='text', required=True, min=2, max=3, question_name='t')
+    assert element_errors(text, dict(t=7)) == ["Value 7 for 't' expected to be a string."]
+    assert element_errors(text, dict(t='abcd')) == ["'t' value abcd is too large (must be no more than 3)."]
+    # Spec checks: what the controller refuses to save.
+    assert spec_errors(dict(name='s', description='', spec=[])) == ["'spec' doesn't contain any items."]
+    bad = dict(name='s', description='', spec=[dict(element, default=''), dict(element), dict(choice, default='C')])
+    assert spec_errors(bad) == ["Default value  in survey question 0 expected to be integer.",
+                                "'variable' 'n' duplicated in survey question 1.",
+                                'Default choice must be answered from the choices listed.']
+
+
+def test_launch_takes_valid_defaults_and_refuses_unknown_variables():
+    assert launch_extra_vars(RELAUNCH, dict(steps=3)) == dict(steps=3, target='gpu_servers', batch=1, max_fail_percentage=0)
+    with pytest.raises(SurveyRefused) as refused:
+        launch_extra_vars(RELAUNCH, dict(sglang_server_strict=False))
+    assert 'Variables sglang_server_strict are not allowed on launch' in str(refused.value)
+
+
+@pytest.mark.parametrize('answers, message, preflight_field', OUT_OF_RANGE, ids=lambda v: json.dumps(v) if isinstance(v, dict) else None)
+def test_out_of_range_answers_are_refused_by_the_survey(answers, message, preflight_field):  # pylint: disable=unused-argument
+    template = RELAUNCH if set(answers) - {'batch', 'max_fail_percentage', 'target'} else BY_PLAYBOOK['playbooks/install.yml']
+    with pytest.raises(SurveyRefused) as refused:
+        launch_extra_vars(template, answers)
+    assert any(error.startswith(message) for error in refused.value.errors), refused.value.errors
+
+
+# --- the apply playbook and the execution environment ---------------------------------------------
+
+@pytest.fixture(scope='session')
+def awx_collection() -> Path:
+    subprocess.run([str(REPO / 'tests' / 'awx' / 'install-awx-collection.sh')], check=True, capture_output=True)
+    return REPO / '.cache' / 'collections'
+
+
+def apply(awx_collection: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    environ = ansible_env(ANSIBLE_COLLECTIONS_PATH=str(awx_collection), **env)
+    for name in ('CONTROLLER_HOST', 'CONTROLLER_USERNAME', 'CONTROLLER_PASSWORD', 'CONTROLLER_OAUTH_TOKEN'):
+        environ.pop(name, None)
+    environ.update(env)
+    return subprocess.run(['ansible-playbook', str(AWX / 'apply.yml')] + list(args), env=environ, cwd=str(AWX),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_apply_playbook_checks_its_variables_then_talks_to_the_controller(awx_collection):
+    syntax = apply(awx_collection, '--syntax-check')
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    missing = apply(awx_collection)
+    assert missing.returncode != 0 and 'Set gpufleet_awx_project_scm_url' in missing.stdout, missing.stdout
+    # No controller listens here: the first awx.awx task gets as far as connecting to the one in the
+    # environment, which shows that the modules resolve and take their host from CONTROLLER_HOST.
+    given = apply(awx_collection, '-e', 'gpufleet_awx_project_scm_url=https://git.invalid/gpufleet-sglang.git',
+                  '-e', 'gpufleet_awx_ee_image=localhost/gpufleet-sglang-ee:test', '-e', 'gpufleet_awx_machine_credential=ssh',
+                  CONTROLLER_HOST='http://127.0.0.1:9', CONTROLLER_USERNAME='nobody', CONTROLLER_PASSWORD='not-a-secret')
+    assert given.returncode != 0
+    assert 'TASK [Execution environment with the collection]' in given.stdout, given.stdout
+    assert re.search(r'127\.0\.0\.1:9|Connection refused|Failed to connect', given.stdout), given.stdout[-3000:]
+    assert 'not-a-secret' not in given.stdout + given.stderr
+
+
+def test_ansible_builder_creates_the_build_context(tmp_path):
+    galaxy = yaml.safe_load((REPO / 'galaxy.yml').read_text())
+    tarball = 'gpufleet-sglang-%s.tar.gz' % galaxy['version']
+    definition = yaml.safe_load((AWX / 'execution-environment.yml').read_text())
+    assert definition['version'] == 3
+    # The definition sits in awx/ and takes the tarball that `ansible-galaxy collection build` leaves next to it.
+    (tmp_path / 'awx').mkdir()
+    (tmp_path / 'awx' / 'execution-environment.yml').write_text((AWX / 'execution-environment.yml').read_text())
+    subprocess.run([str(VENV_BIN / 'ansible-galaxy'), 'collection', 'build', '--output-path', str(tmp_path), str(REPO)],
+                   check=True, capture_output=True)
+    created = subprocess.run([str(VENV_BIN / 'ansible-builder'), 'create', '-f', 'awx/execution-environment.yml', '-c', 'context'],
+                             cwd=str(tmp_path), capture_output=True, text=True, check=False)
+    assert created.returncode == 0, created.stdout + created.stderr
+    context = tmp_path / 'context'
+    containerfile = (context / 'Containerfile').read_text()
+    locked = dict(line.split('==') for line in (REPO / 'tests' / 'requirements.txt').read_text().split() if '==' in line)
+    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core==%s ansible-runner==%s"' % (locked['ansible-core'], locked['ansible-runner']) in containerfile
+    assert 'ARG EE_BASE_IMAGE="localhost/gpufleet-ee-base:latest"' in containerfile
+    requirements = yaml.safe_load((context / '_build' / 'requirements.yml').read_text())
+    assert requirements == dict(collections=[dict(name='collection/%s' % tarball, type='file')])
+    assert (context / '_build' / 'collection' / tarball).is_file()
+    assert 'awx' not in json.dumps(requirements)
+
+    # What the image build does with the collection's meta/execution-environment.yml: install it, then
+    # collect the dependencies it declares with the context's own introspect script.
+    installed = tmp_path / 'collections'
+    # --force: the checkout's own link (ansible.cfg's collections_path) would count as installed.
+    subprocess.run([str(VENV_BIN / 'ansible-galaxy'), 'collection', 'install', '--offline', '--force', '-p', str(installed),
+                    str(context / '_build' / 'collection' / tarball)], cwd=str(tmp_path), check=True, capture_output=True)
+    introspected = subprocess.run([sys.executable, str(context / '_build' / 'scripts' / 'introspect.py'), 'introspect', str(installed)],
+                                  check=True, capture_output=True, text=True)
+    deps = yaml.safe_load(introspected.stdout)
+    assert deps['python'] == []
+    assert [line.split('#')[0].strip() for line in deps['system']] == ['openssh-clients [platform:rpm]', 'openssh-client [platform:dpkg]']
+
+
+# --- the job templates, launched as AWX launches them ---------------------------------------------
+
+def fleet_vars(hosts: list, **extra) -> dict:
+    """Host configuration lives in the inventory, as in AWX; the survey only asks for what changes."""
+    return dict((h.name, host_vars(h, gpu_reset_install_python_deps=False, gpu_reset_grace_period=1, **extra)) for h in hosts)
+
+
+def launch(workdir: Path, playbook: str, answers: dict, fleet: dict):
+    template = BY_PLAYBOOK[playbook]
+    job = run_job(workdir, template, launch_extra_vars(template, answers), fleet)
+    print('%s job with %s: %s in %.1fs' % (playbook, answers, job.status, job.seconds))
+    return job
+
+
+def assert_successful(job, fleet: dict, table_header: str = 'HOST') -> list[str]:
+    """The job succeeded, every host ok in playbook_on_stats, and the summary table names every host."""
+    assert job.status == 'successful' and job.rc == 0, job.failures() or job.stdout[-4000:]
+    stats = job.stats()
+    assert sorted(stats['ok']) == sorted(fleet) and not stats['failures'] and not stats['dark'], stats
+    rows = job.table(table_header)
+    assert rows, job.debug_messages()
+    assert all(any(r.startswith(name) for r in rows[1:]) for name in fleet), rows
+    return rows
+
+
+def test_install_job(make_host, tmp_path):
+    host = make_host('gpu-a', gpu_count=1)
+    wheels = tmp_path / 'wheels'
+    # The simulated SGLang, packaged, is what the install job installs in place of the real wheel.
+    subprocess.run([str(VENV_BIN / 'pip'), 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
+                   check=True, capture_output=True)
+    [wheel] = list(wheels.glob('sglang-0.5.23-*.whl'))
+    venv = tmp_path / 'sglang-venv'
+    fleet = fleet_vars([host], sglang_install_venv=str(venv), sglang_install_package=str(wheel), sglang_install_extra_packages=[])
+    job = launch(tmp_path / 'job', 'playbooks/install.yml', {}, fleet)
+    assert job.status == 'successful' and job.rc == 0, job.failures() or job.stdout[-4000:]
+    stats = job.stats()
+    assert sorted(stats['ok']) == ['gpu-a'] and stats['changed'].get('gpu-a') and not stats['failures'], stats
+    version = subprocess.run([str(venv / 'bin' / 'python'), '-c', 'import importlib.metadata as m; print(m.version("sglang"))'],
+                             check=True, capture_output=True, text=True)
+    assert version.stdout.strip() == '0.5.23'
+
+
+# Extra variables given straight to the relaunch playbook (past the survey) that its preflight must refuse,
+# with the field its message names: the value under each integer's minimum, algorithms SGLang does
+# not take, and a rule between answers that no survey can say.
+PREFLIGHT_REFUSES = [
+    (dict(steps=question(RELAUNCH, 'steps')['min'] - 1), 'speculative.num_steps: 0'),
+    (dict(topk=question(RELAUNCH, 'topk')['min'] - 1), 'speculative.eagle_topk: 0'),
+    (dict(draft_tokens=question(RELAUNCH, 'draft_tokens')['min'] - 1), 'speculative.num_draft_tokens: 0'),
+    (dict(algorithm='MEDUSA'), "speculative.algorithm: 'MEDUSA'"),
+    (dict(algorithm='NONE'), "speculative.algorithm: 'NONE'"),
+    (dict(steps=3, topk=1, draft_tokens=7), 'speculative.num_draft_tokens: 7'),
+]
+
+
+def test_preflight_cases_are_the_surveys_refusals():
+    surveyed = [answers for answers, _msg, field in OUT_OF_RANGE if field]
+    for answers, field in PREFLIGHT_REFUSES[:-1]:
+        assert answers in surveyed and field == next(f for a, _m, f in OUT_OF_RANGE if a == answers)
+    # The last one passes the survey: rules between answers are the preflight's.
+    launch_extra_vars(RELAUNCH, PREFLIGHT_REFUSES[-1][0])
+
+
+def test_relaunch_status_reset_jobs_and_bad_answers_touch_nothing(make_host, tmp_path):
+    hosts = [make_host('gpu-%s' % n, gpu_count=2) for n in 'ab']
+    fleet = fleet_vars(hosts)
+    inventory_file = tmp_path / 'fleet.json'
+    inventory_file.write_text(json.dumps(dict(gpu_servers=dict(hosts=fleet))))
+    jobs = tmp_path / 'jobs'
+    try:
+        relaunched = launch(jobs / 'relaunch', 'playbooks/relaunch.yml', dict(steps=3, batch=2), fleet)
+        rows = assert_successful(relaunched, fleet)
+        assert rows[0].split()[:4] == ['HOST', 'INSTANCE', 'OLD', 'NEW'], rows
+        pids = {}
+        for name, hvars in fleet.items():
+            assert state(hvars)['config']['speculative']['num_steps'] == 3
+            assert state(hvars)['config']['speculative']['num_draft_tokens'] == 4
+            pids[name] = server_pid(hvars)
+            assert pids[name], name
+
+        status = launch(jobs / 'status', 'playbooks/status.yml', {}, fleet)
+        rows = assert_successful(status, fleet)
+        assert not status.stats()['changed'], status.stats()
+        for name in fleet:
+            assert any(re.search(r'^%s\s+llama\s+\d+\s+0\s+%d\s+EAGLE 3/1/4\s+healthy' % (name, pids[name]), r) for r in rows), rows
+
+        # Straight extra variables, past the survey, several jobs at once: the preflight refuses each on
+        # every host, the rolling play never starts, and every server keeps running as it was.
+        refused = run_jobs([(jobs / ('bad-%d' % n), RELAUNCH, dict(answers, batch=2)) for n, (answers, _field) in enumerate(PREFLIGHT_REFUSES)],
+                           fleet)
+        print('%d refused relaunch jobs in %.1fs' % (len(refused), max(job.seconds for job in refused)))
+        for job, (answers, field) in zip(refused, PREFLIGHT_REFUSES):
+            assert job.status == 'failed', (answers, job.stdout[-3000:])
+            assert field in job.failures(), (answers, job.failures())
+            assert 'Relaunch the fleet, rolling' not in job.plays(), job.plays()
+            assert set(job.stats()['failures']) == set(fleet) and not job.stats()['changed'], job.stats()
+        assert dict((name, server_pid(hvars)) for name, hvars in fleet.items()) == pids
+        assert all(state(hvars)['config']['speculative']['num_steps'] == 3 for hvars in fleet.values())
+
+        reset = launch(jobs / 'reset', 'playbooks/reset.yml', {}, fleet)
+        assert_successful(reset, fleet)
+        assert not any(alive(pid) for pid in pids.values())
+    finally:
+        stop_all(inventory_file)

@@ -1,0 +1,37 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances import merge_speculative
+
+EAGLE = dict(algorithm='EAGLE3', draft_model_path='/models/draft')
+
+
+@pytest.mark.parametrize('base, override, expected', [
+    # -e steps=3 over an inventory that leaves the draft tokens to SGLang's topk-1 rule
+    (dict(EAGLE, eagle_topk=1), dict(num_steps='3'), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=4)),
+    # a stale count from the inventory follows the new steps
+    (dict(EAGLE, eagle_topk=1, num_steps=2, num_draft_tokens=3), dict(num_steps=5),
+     dict(EAGLE, eagle_topk=1, num_steps=5, num_draft_tokens=6)),
+    # what the user gives is kept, even when the preflight will refuse it
+    (dict(EAGLE, eagle_topk=1), dict(num_steps=3, num_draft_tokens=7), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=7)),
+    # topk > 1: any count is allowed, so nothing is invented
+    (dict(EAGLE, eagle_topk=4), dict(num_steps=3), dict(EAGLE, eagle_topk=4, num_steps=3)),
+    # invalid steps: left for the preflight to refuse by name
+    (dict(EAGLE, eagle_topk=1), dict(num_steps=0), dict(EAGLE, eagle_topk=1, num_steps=0)),
+    # shorthands not given arrive as None or '' and change nothing
+    (dict(EAGLE, eagle_topk=1), dict(num_steps=None, algorithm=''), dict(EAGLE, eagle_topk=1)),
+])
+def test_speculative_shorthands(base, override, expected):
+    assert merge_speculative(base, override) == expected
+
+
+def test_unknown_speculative_key_is_refused():
+    with pytest.raises(AnsibleFilterError, match='speculative: unknown key'):
+        merge_speculative({}, dict(steps=3))
