@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration lint contract containers molecule awx bench lock clean
+.PHONY: bootstrap collection demo test sanity units integration lint contract containers molecule awx bench bench-relaunch lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -56,6 +56,9 @@ molecule: containers
 
 bench: collection
 	python tests/bench/wait_clean_latency.py
+
+bench-relaunch: bootstrap
+	python tests/bench/relaunch_vs_manual.py --hosts 1 16
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \
