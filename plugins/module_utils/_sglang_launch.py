@@ -243,12 +243,17 @@ def base_url(host: str, port: int) -> str:
     return 'http://%s:%d' % (host, port)
 
 
-def http_get(url: str, api_key: str | None, timeout: float) -> tuple[int | None, str]:
-    """(status, body) of a GET, or (None, reason) when nothing answered."""
+def http_request(url: str, api_key: str | None, timeout: float, payload: dict | None = None) -> tuple[int | None, str]:
+    """(status, body) of a GET, or of a POST of ``payload`` as JSON; (None, reason) when nothing answered."""
     headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+    data = None
+    if payload is not None:
+        headers['Content-Type'] = 'application/json'
+        data = json.dumps(payload)
     try:
         # The server is local to the host: never through a proxy from the environment.
-        response = open_url(url, headers=headers, timeout=timeout, use_proxy=False, follow_redirects='none')
+        response = open_url(url, data=data, method='GET' if payload is None else 'POST', headers=headers, timeout=timeout,
+                            use_proxy=False, follow_redirects='none')
         try:
             return response.status, response.read().decode('utf-8', 'replace')
         finally:
@@ -257,6 +262,10 @@ def http_get(url: str, api_key: str | None, timeout: float) -> tuple[int | None,
         return exc.code, exc.read().decode('utf-8', 'replace')
     except (URLError, socket.timeout, ConnectionError, OSError) as exc:
         return None, str(getattr(exc, 'reason', exc))
+
+
+def http_get(url: str, api_key: str | None, timeout: float) -> tuple[int | None, str]:
+    return http_request(url, api_key, timeout)
 
 
 def tail(path: str, lines: int = 30) -> str:

@@ -199,15 +199,12 @@ instances:
 
 import json
 import os
-import socket
 import time
-from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    MASK, LaunchError, http_get, process_alive, read_state,
+    MASK, LaunchError, http_get, http_request, process_alive, read_state,
 )
 
 SECRET_KEYS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'hf_token')
@@ -228,23 +225,6 @@ def mask_server_info(info: dict) -> dict:
                 words[index + 1] = MASK
         masked['launch_command'] = ' '.join(words)
     return masked
-
-
-def http_post_json(url: str, payload: dict, api_key: str | None, timeout: float) -> tuple[int | None, str]:
-    headers = {'Content-Type': 'application/json'}
-    if api_key:
-        headers['Authorization'] = 'Bearer %s' % api_key
-    try:
-        response = open_url(url, data=json.dumps(payload), method='POST', headers=headers, timeout=timeout,
-                            use_proxy=False, follow_redirects='none')
-        try:
-            return response.status, response.read().decode('utf-8', 'replace')
-        finally:
-            response.close()
-    except HTTPError as exc:
-        return exc.code, exc.read().decode('utf-8', 'replace')
-    except (URLError, socket.timeout, ConnectionError, OSError) as exc:
-        return None, str(getattr(exc, 'reason', exc))
 
 
 def as_float(value) -> float | None:
@@ -333,8 +313,8 @@ class InstanceReader:
                        sampling_params=dict(max_new_tokens=self.params['smoke_max_tokens'], temperature=0,
                                             ignore_eos=True))
         start = time.monotonic()
-        status, body = http_post_json(probe + '/generate', payload, self.params['api_key'],
-                                      max(self.params['timeout'], 60.0))
+        status, body = http_request(probe + '/generate', self.params['api_key'], max(self.params['timeout'], 60.0),
+                                    payload=payload)
         wall = time.monotonic() - start
         result = dict(ok=False, completion_tokens=0, seconds=round(wall, 3), tok_s=None, accept_length=None, error=None)
         if status != 200:

@@ -47,6 +47,9 @@ def test_relaunch_steps_3_then_again_changes_nothing(fleet):
         assert server_pid(hvars) != before[name]
         row = next(r for r in rows if r.startswith(name))
         assert 'EAGLE 2/1/3' in row and 'EAGLE 3/1/4' in row and row.endswith('relaunched'), row
+        # The smoke generation really ran: tokens per second and accept length are measured figures.
+        tok_s, accept = (float(v) for v in row.split()[-3:-1])
+        assert tok_s > 10 and accept > 1, row
     relaunched = dict((name, server_pid(v)) for name, v in fleet['vars'].items())
 
     again = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3', *BATCH)
