@@ -11,8 +11,9 @@ version_added: 0.1.0
 description:
   - Takes the role's defaults for one instance (the plain C(sglang_server_*) values, without the
     prefix) and the list C(sglang_server_instances), and returns one entry per instance with the
-    arguments of M(gpufleet.sglang.sglang_launch) (C(launch)) and the role's own per-instance options
-    (C(smoke), C(smoke_max_tokens), C(rollback)).
+    arguments of one entry of the O(gpufleet.sglang.sglang_launch#module:instances) option of
+    M(gpufleet.sglang.sglang_launch) (C(launch)), and the role's own per-instance options (C(smoke),
+    C(smoke_max_tokens); without C(smoke) the launch's C(smoke_max_tokens) is 0).
   - Each instance's C(speculative) mapping is merged over the default one, then O(override) is merged
     over it (the shorthands of the relaunch playbook). When the override changes C(num_steps) or
     C(eagle_topk) but not C(num_draft_tokens), and SGLang's rules leave only one valid value for the
@@ -49,8 +50,8 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: One entry per instance with C(name), C(launch) (sglang_launch arguments), C(smoke),
-    C(smoke_max_tokens) and C(rollback).
+  description: One entry per instance with C(name), C(launch) (an entry of sglang_launch's C(instances)),
+    C(smoke) and C(smoke_max_tokens).
   type: list
   elements: dict
 '''
@@ -61,9 +62,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative impor
 
 # sglang_launch options the role passes through; the rest of an instance's keys are the role's own.
 LAUNCH_KEYS = ('name', 'model_path', 'served_model_name', 'host', 'port', 'gpus', 'tp_size', 'python', 'speculative',
-               'strict', 'extra_args', 'environment', 'api_key', 'supervisor', 'ready_timeout', 'state_dir',
-               'ready_poll_interval', 'stop_timeout', 'run_as', 'enable_metrics', 'log_level')
-ROLE_KEYS = ('smoke', 'smoke_max_tokens', 'rollback')
+               'strict', 'extra_args', 'environment', 'api_key', 'supervisor', 'ready_timeout', 'ready_poll_interval',
+               'stop_timeout', 'run_as', 'enable_metrics', 'log_level', 'log_file', 'ready_check', 'smoke_min_tok_s',
+               'smoke_min_accept_length')
+ROLE_KEYS = ('smoke', 'smoke_max_tokens')
 SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 
@@ -131,9 +133,9 @@ def sglang_server_instances(defaults: dict, instances: list, override: dict | No
             raise AnsibleFilterError('sglang_server_instances[%d].port: %s is also the port of instance %r' % (index, port, seen_ports[port]))
         seen_names[name] = index
         seen_ports[port] = name
-        resolved.append(dict(name=name, launch=launch, smoke=bool(merged.get('smoke', True)),
-                             smoke_max_tokens=int(merged.get('smoke_max_tokens') or 0),
-                             rollback=bool(merged.get('rollback', True))))
+        smoke = bool(merged.get('smoke', True))
+        launch['smoke_max_tokens'] = int(merged.get('smoke_max_tokens') or 0) if smoke else 0
+        resolved.append(dict(name=name, launch=launch, smoke=smoke, smoke_max_tokens=launch['smoke_max_tokens']))
     return resolved
 
 

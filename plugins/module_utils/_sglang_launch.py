@@ -5,16 +5,15 @@
 # This module_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
 # at any time, in any release. Do not use it from other collections or from your own modules.
 
-"""The pieces of sglang_launch that do not need an AnsibleModule: the command line, the state file,
-the instance lock, the port owner, the two supervisors and the HTTP probes.
+"""The low-level pieces of sglang_launch: private files and the state file, the configuration's text
+and digest, the port owner, HTTP requests to the server, starting and stopping a process session,
+and the text of a systemd unit.
 
 Standard library only, no shell anywhere: every command is an argument list.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -36,7 +35,6 @@ READY_PATHS = {
     'ready': '/ready',
     'model_info': '/model_info',
 }
-SPECULATIVE_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 # A fixed PATH: the server must not depend on the environment Ansible happened to run in, and the
 # process supervisor must start it exactly as the systemd unit would.
 SERVER_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
@@ -100,41 +98,6 @@ def remove(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-class InstanceLock:
-    """An exclusive flock on <state_dir>/<name>.lock, waited for at most ``timeout`` seconds."""
-
-    def __init__(self, path: str, timeout: float, poll: float = 0.1) -> None:
-        self.path = path
-        self.timeout = timeout
-        self.poll = poll
-        self.fd = None
-        self.waited = 0.0
-
-    def __enter__(self) -> InstanceLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        start = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            if time.monotonic() - start >= self.timeout:
-                os.close(self.fd)
-                self.fd = None
-                raise LaunchError('lock_timeout: another launch of this instance still holds %s after %.0fs'
-                                  % (self.path, self.timeout))
-            time.sleep(self.poll)
-        self.waited = time.monotonic() - start
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 # ---------------------------------------------------------------- configuration
@@ -264,10 +227,6 @@ def http_request(url: str, api_key: str | None, timeout: float, payload: dict | 
         return None, str(getattr(exc, 'reason', exc))
 
 
-def http_get(url: str, api_key: str | None, timeout: float) -> tuple[int | None, str]:
-    return http_request(url, api_key, timeout)
-
-
 def tail(path: str, lines: int = 30) -> str:
     try:
         with open(path, 'rb') as handle:
@@ -350,17 +309,6 @@ def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: fl
 
 
 # ---------------------------------------------------------------- systemd supervisor
-
-def systemd_running() -> bool:
-    """systemd is PID 1 and manages services (what sd_booted() checks, plus PID 1 itself)."""
-    if not os.path.isdir('/run/systemd/system'):
-        return False
-    try:
-        with open('/proc/1/comm', encoding='utf-8') as handle:
-            return handle.read().strip() == 'systemd'
-    except OSError:
-        return False
-
 
 def systemd_quote(arg: str) -> str:
     """One ExecStart= word: double-quoted, with systemd's escapes for \\, ", $ and %."""

@@ -197,41 +197,13 @@ instances:
       sample: null
 '''
 
-import json
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    MASK, LaunchError, http_get, http_request, process_alive, read_state,
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import (
+    DEFAULT_STATE_DIR, SMOKE_PROMPT, Instance, as_float, mask_server_info, read_instance, speculative_of,
 )
-
-SECRET_KEYS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'hf_token')
-SECRET_FLAGS = ('--api-key', '--admin-api-key', '--ssl-keyfile-password')
-
-
-def mask_server_info(info: dict) -> dict:
-    """A copy of /server_info without secrets: SGLang returns api_key itself to an authorised caller."""
-    masked = dict(info)
-    for key in SECRET_KEYS:
-        if masked.get(key):
-            masked[key] = MASK
-    command = masked.get('launch_command')
-    if isinstance(command, str):
-        words = command.split()
-        for index, word in enumerate(words[:-1]):
-            if word in SECRET_FLAGS:
-                words[index + 1] = MASK
-        masked['launch_command'] = ' '.join(words)
-    return masked
-
-
-def as_float(value) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 class InstanceReader:
@@ -251,102 +223,47 @@ class InstanceReader:
         # <name>.json is sglang_launch's state file; its other files have other suffixes.
         return sorted(entry[:-5] for entry in entries if entry.endswith('.json') and not entry.startswith('.'))
 
-    def running(self, state: dict) -> bool:
-        if not state.get('running'):
-            return False
-        if state.get('supervisor') == 'systemd':
-            rc, out, dummy = self.module.run_command(['systemctl', 'is-active', state.get('unit') or 'sglang-%s.service' % state.get('name')])
-            return rc == 0 or out.strip() in ('active', 'activating', 'deactivating')
-        return process_alive(state)
-
     def read(self, name: str) -> dict:
-        path = os.path.join(self.params['state_dir'], '%s.json' % name)
-        out = dict(name=name, exists=False, state_file=path, running=False, healthy=False, health_status=None,
-                   url=None, pid=None, unit=None, supervisor=None, config=None, previous=None, argv=None,
-                   started_at=None, seconds_to_ready=None, speculative=None, version=None, accept_length=None,
-                   gen_throughput=None, server_info=None, smoke=None, error=None)
-        try:
-            state = read_state(path)
-        except (LaunchError, OSError) as exc:
-            out['error'] = str(exc)
-            return out
+        instance = Instance(name, self.params['state_dir'])
+        out = dict(name=name, exists=False, state_file=instance.state_file, running=False, healthy=False,
+                   health_status=None, url=None, pid=None, unit=None, supervisor=None, config=None, previous=None,
+                   argv=None, started_at=None, seconds_to_ready=None, speculative=None, version=None,
+                   accept_length=None, gen_throughput=None, server_info=None, smoke=None, error=None)
+        state, out['error'] = read_instance(instance)
         if state is None:
             return out
-        running = self.running(state)
+        running = instance.running(state)
         out.update(exists=True, running=running, url=state.get('url'), unit=state.get('unit'),
                    supervisor=state.get('supervisor'), config=state.get('config'), previous=state.get('previous'),
                    argv=state.get('argv'), started_at=state.get('started_at'),
                    seconds_to_ready=state.get('seconds_to_ready'), pid=state.get('pid') if running else None)
-        probe = state.get('probe_url') or state.get('url')
-        if not running or not probe:
+        if not running or not instance.probe_url(state):
             return out
         timeout = self.params['timeout']
-        out['health_status'], dummy = http_get(probe + '/health', None, timeout)
+        out['health_status'] = instance.health(state, timeout)
         out['healthy'] = out['health_status'] == 200
-        status, body = http_get(probe + '/server_info', self.params['api_key'], timeout)
-        if status == 200:
-            try:
-                info = json.loads(body)
-            except ValueError:
-                info = None
-            if isinstance(info, dict):
-                self.use_server_info(out, info)
+        dummy_status, info, dummy_body = instance.server_info(state, self.params['api_key'], timeout)
+        if info is not None:
+            states = info.get('internal_states') or [{}]
+            first = states[0] if isinstance(states[0], dict) else {}
+            out.update(server_info=mask_server_info(info), version=info.get('version'),
+                       accept_length=as_float(first.get('avg_spec_accept_length')),
+                       gen_throughput=as_float(first.get('last_gen_throughput')), speculative=speculative_of(info))
         if out['healthy'] and self.params['smoke_max_tokens'] > 0:
-            out['smoke'] = self.smoke(probe)
+            out['smoke'] = instance.smoke(state, self.params['api_key'], self.params['smoke_max_tokens'],
+                                          self.params['smoke_prompt'], max(timeout, 60.0))
         return out
-
-    def use_server_info(self, out: dict, info: dict) -> None:
-        states = info.get('internal_states') or [{}]
-        first = states[0] if isinstance(states[0], dict) else {}
-        algorithm = info.get('speculative_algorithm')
-        out.update(
-            server_info=mask_server_info(info), version=info.get('version'),
-            accept_length=as_float(first.get('avg_spec_accept_length')),
-            gen_throughput=as_float(first.get('last_gen_throughput')),
-            speculative=dict(algorithm=None if algorithm in (None, '', 'NONE', 'none') else algorithm,
-                             num_steps=info.get('speculative_num_steps'), eagle_topk=info.get('speculative_eagle_topk'),
-                             num_draft_tokens=info.get('speculative_num_draft_tokens')),
-        )
-
-    def smoke(self, probe: str) -> dict:
-        payload = dict(text=self.params['smoke_prompt'],
-                       sampling_params=dict(max_new_tokens=self.params['smoke_max_tokens'], temperature=0,
-                                            ignore_eos=True))
-        start = time.monotonic()
-        status, body = http_request(probe + '/generate', self.params['api_key'], max(self.params['timeout'], 60.0),
-                                    payload=payload)
-        wall = time.monotonic() - start
-        result = dict(ok=False, completion_tokens=0, seconds=round(wall, 3), tok_s=None, accept_length=None, error=None)
-        if status != 200:
-            result['error'] = 'POST /generate answered %s: %s' % (status, body[:200])
-            return result
-        try:
-            meta = json.loads(body).get('meta_info') or {}
-        except (ValueError, AttributeError):
-            result['error'] = 'POST /generate did not answer JSON: %s' % body[:200]
-            return result
-        tokens = int(meta.get('completion_tokens') or 0)
-        # SGLang's own measure of the request, without the HTTP round trip; wall time where it has none.
-        seconds = as_float(meta.get('e2e_latency')) or wall
-        result.update(completion_tokens=tokens, seconds=round(seconds, 3),
-                      tok_s=round(tokens / seconds, 1) if seconds > 0 else None,
-                      accept_length=as_float(meta.get('spec_accept_length')))
-        if tokens <= 0:
-            result['error'] = 'POST /generate generated no token'
-        else:
-            result['ok'] = True
-        return result
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             names=dict(type='list', elements='str', default=[]),
-            state_dir=dict(type='path', default='/var/lib/gpufleet-sglang'),
+            state_dir=dict(type='path', default=DEFAULT_STATE_DIR),
             api_key=dict(type='str', no_log=True),
             timeout=dict(type='float', default=10),
             smoke_max_tokens=dict(type='int', default=0, no_log=False),
-            smoke_prompt=dict(type='str', default='Explain speculative decoding in one paragraph.'),
+            smoke_prompt=dict(type='str', default=SMOKE_PROMPT),
         ),
         supports_check_mode=True,
     )

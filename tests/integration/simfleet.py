@@ -25,6 +25,8 @@ from simgpu.host import create_host, set_option  # noqa: E402  pylint: disable=w
 from simgpu.interpreter import write_interpreter  # noqa: E402  pylint: disable=wrong-import-position
 
 VENV_BIN = Path(sys.executable).parent
+# sglang_launch's options that are the host's, not an instance's.
+LAUNCH_HOST_KEYS = ('state', 'state_dir', 'rollback', 'sglang_version', 'gpu_clean_timeout', 'max_used_mib', 'smoke_prompt')
 _ONELINE = re.compile(r'^(\S+) \| ([A-Z!]+)(?: \| rc=\d+)? => (\{.*\})$')
 
 
@@ -137,6 +139,16 @@ class SimHost:
                 result.setdefault('failed', 'FAILED' in match.group(2))
                 return result
         raise AssertionError('no module result in ansible output:\n%s\n%s' % (out.stdout, out.stderr))
+
+    def launch(self, args: dict, check: bool = False, diff: bool = False) -> dict:
+        """sglang_launch for one instance given as flat arguments (host-level keys split out); the
+        instance's result merged over the task's (changed, failed, msg)."""
+        task = dict((k, v) for k, v in args.items() if k in LAUNCH_HOST_KEYS)
+        task['instances'] = [dict((k, v) for k, v in args.items() if k not in LAUNCH_HOST_KEYS)]
+        result = self.module('sglang_launch', task, check=check, diff=diff)
+        merged = dict((result.get('instances') or [{}])[0])
+        merged.update((k, v) for k, v in result.items() if k != 'instances')
+        return merged
 
     def playbook(self, playbook: Path | str, *args: str, hosts: list[SimHost] | None = None) -> subprocess.CompletedProcess:
         """Run ansible-playbook over this host (and `hosts`) as the gpu_servers group."""

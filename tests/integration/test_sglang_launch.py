@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -59,15 +60,17 @@ def sglang(host, tmp_path):
                 speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=3, eagle_topk=1,
                                  num_draft_tokens=4))
     yield args
-    host.module('sglang_launch', dict(args, state='stopped', stop_timeout=1))
+    host.launch(dict(args, state='stopped', stop_timeout=1))
 
 
 def run_playbook(host, args: dict, *options: str) -> subprocess.CompletedProcess:
     """One sglang_launch task through ansible-playbook (check mode and diffs show there)."""
-    (host.root / 'launch.json').write_text(json.dumps(dict(launch_args=args)))
+    instance = dict((k, v) for k, v in args.items() if k != 'state_dir')
+    (host.root / 'launch.json').write_text(json.dumps(dict(launch_instance=instance, launch_state_dir=args['state_dir'])))
     playbook = host.root / 'launch.yml'
     playbook.write_text('- hosts: gpu_servers\n  gather_facts: false\n  tasks:\n'
-                        '    - name: Launch\n      gpufleet.sglang.sglang_launch: "{{ launch_args }}"\n')
+                        '    - name: Launch\n      gpufleet.sglang.sglang_launch:\n'
+                        '        instances: ["{{ launch_instance }}"]\n        state_dir: "{{ launch_state_dir }}"\n')
     return host.playbook(playbook, '-e', '@%s' % (host.root / 'launch.json'), *options)
 
 
@@ -76,7 +79,7 @@ def configure(host, **settings) -> None:
 
 
 def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
-    first = host.module('sglang_launch', sglang)
+    first = host.launch(sglang)
     assert first['changed'] and not first['failed'], first.get('msg')
     assert first['url'] == 'http://127.0.0.1:%d' % sglang['port']
     assert first['seconds_to_ready'] > 0 and alive(first['pid'])
@@ -85,7 +88,7 @@ def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
     gpu0 = host.module('gpu_info', dict(gpus=['0']))['gpus'][0]
     assert gpu0['processes'] and all(p['cmdline'].startswith('sglang::') for p in gpu0['processes'])
 
-    again = host.module('sglang_launch', sglang)
+    again = host.launch(sglang)
     assert not again['changed'] and not again['failed'] and again['pid'] == first['pid']
 
     check = run_playbook(host, dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)),
@@ -94,7 +97,7 @@ def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
     assert '-  num_steps: 3' in check.stdout and '+  num_steps: 2' in check.stdout
     assert alive(first['pid']) and http(first['url'] + '/health')[0] == 200
 
-    relaunch = host.module('sglang_launch', dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)))
+    relaunch = host.launch(dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)))
     assert relaunch['changed'] and not relaunch['failed'], relaunch.get('msg')
     assert relaunch['pid'] != first['pid'] and not alive(first['pid'])
     assert relaunch['previous']['speculative']['num_steps'] == 3
@@ -105,11 +108,11 @@ def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
 
 def test_topk_one_with_wrong_draft_tokens_is_rejected_or_corrected(host, sglang):
     wrong = dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=8))
-    refused = host.module('sglang_launch', wrong)
+    refused = host.launch(wrong)
     assert refused['failed'] and not refused['changed']
-    assert refused['msg'].startswith('speculative.num_draft_tokens: 8 ') and 'changed to 3' in refused['msg']
+    assert refused['msg'].startswith('instance llama: speculative.num_draft_tokens: 8 ') and 'changed to 3' in refused['msg']
     assert not (host.root / 'state').exists()
-    corrected = host.module('sglang_launch', dict(wrong, strict=False))
+    corrected = host.launch(dict(wrong, strict=False))
     assert corrected['changed'] and not corrected['failed'], corrected.get('msg')
     assert corrected['speculative']['corrections'] == dict(num_draft_tokens=dict(requested=8, effective=3))
     assert corrected['speculative']['warnings'] == [
@@ -119,16 +122,16 @@ def test_topk_one_with_wrong_draft_tokens_is_rejected_or_corrected(host, sglang)
 
 def test_stop_kills_orphans_and_leaves_gpus_clean(host, sglang):
     configure(host, children_survive_kill=True, ignore_sigterm=True)
-    started = host.module('sglang_launch', dict(sglang, gpus=['1', '2'], tp_size=2, speculative=None))
+    started = host.launch(dict(sglang, gpus=['1', '2'], tp_size=2, speculative=None))
     assert started['changed'] and not started['failed'], started.get('msg')
     assert len(session_pids(started['pid'])) >= 3
-    stopped = host.module('sglang_launch', dict(sglang, state='stopped', stop_timeout=1))
+    stopped = host.launch(dict(sglang, state='stopped', stop_timeout=1))
     assert stopped['changed'] and not stopped['failed'], stopped.get('msg')
     assert stopped['stopped']['signal'] == 'SIGKILL' and stopped['pid'] is None
     assert session_pids(started['pid']) == []
     gpus = host.module('gpu_info', dict(gpus=['1', '2']))['gpus']
     assert [(g['used_mib'], g['processes']) for g in gpus] == [(0, []), (0, [])]
-    assert not host.module('sglang_launch', dict(sglang, state='stopped'))['changed']
+    assert not host.launch(dict(sglang, state='stopped'))['changed']
 
 
 @pytest.mark.parametrize('change, field', [
@@ -142,27 +145,27 @@ def test_stop_kills_orphans_and_leaves_gpus_clean(host, sglang):
     (dict(environment=dict(CUDA_VISIBLE_DEVICES='3')), 'environment.CUDA_VISIBLE_DEVICES'),
 ])
 def test_bad_parameter_leaves_the_server_serving(host, sglang, change, field):
-    running = host.module('sglang_launch', sglang)
+    running = host.launch(sglang)
     assert running['changed'] and not running['failed'], running.get('msg')
-    bad = host.module('sglang_launch', dict(sglang, **change))
+    bad = host.launch(dict(sglang, **change))
     assert bad['failed'] and not bad['changed']
-    assert bad['msg'].startswith(field + ':') or bad['msg'].startswith(field + ' '), bad['msg']
+    assert bad['msg'].startswith('instance llama: %s:' % field) or bad['msg'].startswith('instance llama: %s ' % field), bad['msg']
     assert alive(running['pid'])
     assert http(running['url'] + '/health')[0] == 200
-    assert not host.module('sglang_launch', sglang)['changed']
+    assert not host.launch(sglang)['changed']
 
 
 def test_port_held_by_a_foreign_process_is_refused(host, sglang):
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', sglang['port']))
         sock.listen()
-        result = host.module('sglang_launch', sglang)
-    assert result['failed'] and result['msg'].startswith('port: %d is already in use by pid ' % sglang['port']), result['msg']
+        result = host.launch(sglang)
+    assert result['failed'] and result['msg'].startswith('instance llama: port: %d is already in use by pid ' % sglang['port']), result['msg']
 
 
 def test_crash_at_startup_fails_with_the_log_tail(host, sglang):
     configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message='RuntimeError: simulated crash for steps 5')
-    result = host.module('sglang_launch', dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    result = host.launch(dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
     assert result['failed'] and 'exited during startup' in result['msg']
     assert 'RuntimeError: simulated crash for steps 5' in result['msg']
     gpu0 = host.module('gpu_info', dict(gpus=['0']))['gpus'][0]
@@ -174,8 +177,9 @@ def test_api_key_is_never_shown(host, sglang, tmp_path):
     args = dict(sglang, api_key=key)
     inventory = tmp_path / 'vvv.ini'
     inventory.write_text('[gpu_servers]\n%s\n' % host.inventory_line())
+    task = dict(state_dir=args['state_dir'], instances=[dict((k, v) for k, v in args.items() if k != 'state_dir')])
     out = subprocess.run(['ansible', host.name, '-i', str(inventory), '-vvv', '-m', 'gpufleet.sglang.sglang_launch',
-                          '-a', json.dumps(args)], env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+                          '-a', json.dumps(task)], env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert '"changed": true' in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     assert key not in out.stdout + out.stderr
     state = json.loads((tmp_path / 'state' / 'llama.json').read_text())
@@ -191,16 +195,41 @@ def test_api_key_is_never_shown(host, sglang, tmp_path):
     # The key reached SGLang (through its --config file): requests without it are refused.
     assert http(state['url'] + '/server_info')[0] == 401
     assert http(state['url'] + '/server_info', key)[0] == 200
-    again = host.module('sglang_launch', args)
+    again = host.launch(args)
     assert not again['changed'] and key not in json.dumps(again)
 
 
-def test_concurrent_launches_do_not_interleave(host, sglang):
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda dummy: host.module('sglang_launch', sglang), range(2)))
-    assert [r['failed'] for r in results] == [False, False], [r.get('msg') for r in results]
-    assert sorted(r['changed'] for r in results) == [False, True]
-    assert results[0]['pid'] == results[1]['pid'] and alive(results[0]['pid'])
-    # One server was started: its log has one startup, and the waiting launch found it serving.
+HOLD_LOCK = """
+import fcntl, json, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps(dict(pid=os.getpid(), user='tester', started='2026-12-01T00:00:00+00:00')).encode())
+print('locked', flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_run_is_refused_at_once_and_a_dead_holder_blocks_nothing(host, sglang):
+    first = host.launch(sglang)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, sglang['state_dir'] + '/relaunch.lock'],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        changed = dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3))
+        started = time.monotonic()
+        refused = host.launch(changed)
+        assert refused['failed'] and not refused['changed']
+        assert refused['msg'].startswith('another relaunch runs on this host: pid %d (user tester, started 2026-12-01'
+                                         % holder.pid), refused['msg']
+        assert time.monotonic() - started < 30  # refused, not waited for (the lock would be held 600 s)
+        # Check mode (the preflight) refuses as well, and nothing was touched.
+        assert host.launch(changed, check=True)['msg'].startswith('another relaunch runs on this host')
+        assert alive(first['pid'])
+    finally:
+        holder.kill()  # as a crashed run would die: the kernel drops its flock
+        holder.wait()
+    after = host.launch(changed)
+    assert after['changed'] and not after['failed'] and after['result'] == 'relaunched', after.get('msg')
     with open(sglang['state_dir'] + '/llama.log', encoding='utf-8') as f:
-        assert f.read().count('Load weight begin') == 1
+        assert f.read().count('Load weight begin') == 2

@@ -10,6 +10,7 @@ import stat
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _relaunch as relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_launch as launch
 
 
@@ -62,9 +63,13 @@ def test_port_holders_finds_this_process():
     assert listening and os.getpid() in pids
 
 
-def test_lock_times_out_while_held(tmp_path):
-    path = str(tmp_path / 'x.lock')
-    with launch.InstanceLock(path, 1):
-        with pytest.raises(launch.LaunchError, match='^lock_timeout: '):
-            with launch.InstanceLock(path, 0.2, poll=0.05):
-                pass
+def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
+    lock = relaunch.HostLock(str(tmp_path))
+    with lock:
+        with pytest.raises(launch.LaunchError, match=r'^another relaunch runs on this host: pid %d \(user ' % os.getpid()):
+            relaunch.HostLock(str(tmp_path)).acquire()
+        with pytest.raises(launch.LaunchError):
+            relaunch.HostLock(str(tmp_path)).probe()
+    # Released with its holder: the next one takes it at once.
+    with relaunch.HostLock(str(tmp_path)):
+        pass

@@ -1,0 +1,896 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
+# at any time, in any release. Do not use it from other collections or from your own modules.
+
+"""The relaunch of a host's SGLang instances as one transaction (the work of sglang_launch).
+
+validate every instance (touches nothing) -> host lock -> per instance, all at once: stop the old
+server -> wait until its GPUs are clean -> start the new one -> wait until it serves -> verify what
+SGLang resolved -> smoke generation and its gate -> record the last known good configuration, or
+roll back to it. Instances never share a GPU (refused up front), so they run side by side in threads;
+NVML is asked from one session under a lock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import pwd
+import re
+import subprocess
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import SECRET_FLAGS, Instance, speculative_of
+from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
+from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
+    LAUNCH_MODULE, READY_PATHS, SERVER_PATH, LaunchError, base_url, config_hash, config_text, ensure_private_dir,
+    http_request, mask_argv, port_holders, probe_host, remove, secret_config, tail, write_private,
+)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
+
+NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
+ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')
+LOCK_NAME = 'relaunch.lock'
+TIMEOUT_FIELDS = ('ready_timeout', 'ready_poll_interval', 'stop_timeout')
+# What a row of the relaunch summary says about an instance (see the relaunch_table filter).
+RESULTS = ('unchanged', 'started', 'relaunched', 'stopped', 'rolled back', 'failed')
+
+
+class SpecError(LaunchError):
+    """A parameter is wrong: nothing has been touched."""
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+
+
+def python_binary(python: str) -> str:
+    return os.path.join(python, 'bin', 'python') if os.path.isdir(python) else python
+
+
+# ---------------------------------------------------------------- one instance's asked configuration
+
+class InstanceSpec:
+    """One instance as asked: validated and turned into a command line, an environment and a config.
+
+    Builds nothing on the host: reading NVML, /proc and the model's config.json is all it does.
+    """
+
+    def __init__(self, params: dict, state_dir: str) -> None:
+        self.params = params
+        self.name = params['name']
+        self.instance = Instance(self.name, state_dir)
+        self.log_file = params.get('log_file') or self.instance.default_log_file
+        self.secrets = [params['api_key']] if params.get('api_key') else []
+        self.env: dict = {}
+        self.argv: list = []
+        self.desired: dict = {}
+        self.speculative: dict = {}
+        self.gpu_indexes: list = []
+        self.tp_size = 0
+        self.python = ''
+        self.warnings: list = []
+
+    def error(self, text: str) -> SpecError:
+        return SpecError('instance %s: %s' % (self.name, text))
+
+    @property
+    def api_key(self) -> str | None:
+        return self.params.get('api_key') or None
+
+    def validate_basics(self, state: str) -> None:
+        params = self.params
+        if not NAME_RE.match(self.name):
+            raise SpecError('name: %r is not allowed; use up to 64 letters, digits, ".", "_" and "-", starting with a '
+                            'letter or digit' % self.name)
+        for field in TIMEOUT_FIELDS:
+            if params[field] <= 0:
+                raise self.error('%s: %s is out of range; it must be more than 0 seconds' % (field, params[field]))
+        if params['smoke_max_tokens'] < 0:
+            raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more'
+                             % params['smoke_max_tokens'])
+        for field in ('smoke_min_tok_s', 'smoke_min_accept_length'):
+            if params[field] is not None and params[field] < 0:
+                raise self.error('%s: %s is out of range; it must be at least 0' % (field, params[field]))
+        if params['run_as']:
+            try:
+                pwd.getpwnam(params['run_as'])
+            except KeyError:
+                raise self.error('run_as: user %r does not exist on this host' % params['run_as']) from None
+        if state == 'stopped':
+            return
+        if not params['model_path'] or not params['model_path'].strip():
+            raise self.error('model_path: is required when state is %s' % state)
+        if not 1 <= params['port'] <= 65535:
+            raise self.error('port: %s is out of range; it must be 1-65535' % params['port'])
+        if not params['host'] or any(c.isspace() for c in params['host']):
+            raise self.error('host: %r is not an address' % params['host'])
+        python = python_binary(params['python'])
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise self.error('python: %r is not an executable Python interpreter nor a virtual environment with '
+                             'bin/python (install SGLang with the gpufleet.sglang.sglang_install role)' % params['python'])
+        self.python = python
+
+    def validate(self, nvml: Nvml) -> None:
+        """Everything that can be known before touching anything (state started or restarted)."""
+        self.validate_environment()
+        extra_argv = self.validate_extra_args()
+        self.validate_gpus(nvml)
+        self.validate_speculative()
+        self.build(extra_argv)
+
+    def validate_environment(self) -> None:
+        for key, value in sorted(self.params['environment'].items()):
+            if not ENV_NAME_RE.match(str(key)):
+                raise self.error('environment: %r is not a valid environment variable name' % key)
+            if key in RESERVED_ENV:
+                raise self.error('environment.%s: is set by the module from the gpus option; give the GPUs there' % key)
+            if isinstance(value, (dict, list)) or value is None:
+                raise self.error('environment.%s: the value is not a string (a %s)' % (key, type(value).__name__))
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            if '\0' in text or '\n' in text:
+                raise self.error('environment.%s: the value contains a NUL or newline character' % key)
+            self.env[key] = text
+
+    def validate_extra_args(self) -> list:
+        extra = self.params['extra_args']
+        for key in extra:
+            try:
+                option = resolve_flag(key)
+            except SGLangFlagError:
+                continue  # validate_extra_args words the error
+            if option == '--config':
+                raise self.error('extra_args.%s: --config is refused: a config file would bypass the checks of every '
+                                 'other option (the module uses it to pass api_key privately)' % key)
+        try:
+            argv = validate_extra_args(extra)
+        except SGLangFlagError as exc:
+            raise self.error(str(exc)) from None
+        for index, item in enumerate(argv[:-1]):
+            if item in SECRET_FLAGS:
+                self.secrets.append(argv[index + 1])
+        return argv
+
+    def validate_gpus(self, nvml: Nvml) -> None:
+        params = self.params
+        tp_size = params['tp_size']
+        if tp_size is not None and tp_size < 1:
+            raise self.error('tp_size: %s is out of range; it must be at least 1' % tp_size)
+        try:
+            if params['gpus']:
+                self.gpu_indexes = nvml.select(params['gpus'])
+                if len(self.gpu_indexes) != len(params['gpus']):
+                    raise self.error('gpus: %s names the same GPU twice' % params['gpus'])
+                if tp_size is not None and tp_size != len(self.gpu_indexes):
+                    raise self.error('tp_size: %s does not match gpus %s; tensor parallelism needs one GPU per rank'
+                                     % (tp_size, params['gpus']))
+            else:
+                count = nvml.device_count()
+                wanted = tp_size or 1
+                if wanted > count:
+                    raise self.error('tp_size: %s is more than the %d GPU(s) of this host' % (wanted, count))
+                self.gpu_indexes = list(range(wanted))
+        except NvmlError as exc:
+            raise self.error(str(exc)) from None
+        self.tp_size = len(self.gpu_indexes)
+
+    def model_architecture(self) -> str | None:
+        try:
+            with open(os.path.join(self.params['model_path'], 'config.json'), encoding='utf-8') as handle:
+                archs = json.load(handle).get('architectures') or []
+        except (OSError, ValueError, AttributeError):
+            return None
+        return archs[0] if archs and isinstance(archs[0], str) else None
+
+    def validate_speculative(self) -> None:
+        spec = self.params['speculative'] or {}
+        extra = self.params['extra_args']
+        max_running = None
+        for key in extra:
+            try:
+                if resolve_flag(key) == '--max-running-requests':
+                    max_running = extra[key]
+            except SGLangFlagError:
+                pass
+        try:
+            self.speculative = resolve(algorithm=spec.get('algorithm'), draft_model_path=spec.get('draft_model_path'),
+                                       num_steps=spec.get('num_steps'), eagle_topk=spec.get('eagle_topk'),
+                                       num_draft_tokens=spec.get('num_draft_tokens'), max_running_requests=max_running,
+                                       model_architecture=self.model_architecture(), strict=self.params['strict'])
+        except SpeculativeError as exc:
+            raise self.error(str(exc)) from None
+        self.warnings.extend('instance %s: %s' % (self.name, w) for w in self.speculative['warnings'])
+
+    def build(self, extra_argv: list) -> None:
+        params = self.params
+        spec = self.speculative
+        argv = [self.python, '-m', LAUNCH_MODULE, '--model-path', params['model_path'], '--host', params['host'],
+                '--port', str(params['port']), '--tp-size', str(self.tp_size)]
+        if params['served_model_name']:
+            argv += ['--served-model-name', params['served_model_name']]
+        if spec['enabled']:
+            argv += ['--speculative-algorithm', spec['algorithm']]
+            if spec['draft_model_path']:
+                argv += ['--speculative-draft-model-path', spec['draft_model_path']]
+            if spec['params_source'] == 'user':
+                # What SGLang will run (corrected in non-strict mode), so the command line tells the truth.
+                for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
+                    if spec[key] is not None:
+                        argv += ['--speculative-%s' % key.replace('_', '-'), str(spec[key])]
+        if params['enable_metrics']:
+            argv.append('--enable-metrics')
+        if params['log_level']:
+            argv += ['--log-level', params['log_level']]
+        if self.api_key:
+            argv += ['--config', self.instance.secret_file]
+        argv += extra_argv
+        self.argv = argv
+        env = dict(PATH=SERVER_PATH, LANG='C.UTF-8')
+        if params['run_as']:
+            entry = pwd.getpwnam(params['run_as'])
+            env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
+        env.update(self.env)
+        env.update(CUDA_VISIBLE_DEVICES=','.join(str(i) for i in self.gpu_indexes), CUDA_DEVICE_ORDER='PCI_BUS_ID')
+        self.env = env
+        self.desired = dict(
+            model_path=params['model_path'], served_model_name=params['served_model_name'], host=params['host'],
+            port=params['port'], gpus=self.gpu_indexes, tp_size=self.tp_size,
+            speculative=dict((k, spec[k]) for k in ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk',
+                                                    'num_draft_tokens', 'max_running_requests')),
+            extra_args=extra_argv, environment=sorted(self.env), python=self.python, run_as=params['run_as'],
+            log_file=self.log_file, supervisor=None, api_key='set' if self.api_key else None,
+            enable_metrics=params['enable_metrics'], log_level=params['log_level'],
+        )
+
+    def finish(self, supervisor_kind: str) -> None:
+        self.desired['supervisor'] = supervisor_kind
+
+    @property
+    def masked_argv(self) -> list:
+        return mask_argv(self.argv, self.secrets)
+
+    def desired_hash(self) -> str:
+        # Environment values and the key change the server too; only their digest is kept.
+        return config_hash(dict(config=self.desired, env=self.env, key=self.api_key or '', argv=self.masked_argv))
+
+    def public_speculative(self) -> dict:
+        return dict((k, v) for k, v in self.speculative.items())
+
+    def good_params(self) -> dict:
+        """What the state keeps to launch this configuration again: everything but the API key."""
+        return dict((k, v) for k, v in self.params.items() if k != 'api_key')
+
+
+# ---------------------------------------------------------------- the host lock
+
+class HostLock:
+    """flock on <state_dir>/relaunch.lock: taken at once or refused, never waited for.
+
+    The kernel releases it when the holder dies, so a crashed or interrupted run never blocks the next.
+    The holder writes who it is into the file, for the message of the run it refuses.
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(state_dir, LOCK_NAME)
+        self.fd: int | None = None
+
+    def holder(self) -> str:
+        try:
+            with open(self.path, encoding='utf-8') as handle:
+                info = json.loads(handle.read() or '{}')
+        except (OSError, ValueError):
+            return 'a process that left no details'
+        return 'pid %s (user %s, started %s)' % (info.get('pid', '?'), info.get('user', '?'), info.get('started', '?'))
+
+    def acquire(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self.fd)
+            self.fd = None
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise LaunchError('another relaunch runs on this host: %s holds %s; wait for it to end (the lock goes '
+                                  'away by itself when that process ends, even if it crashed)' % (self.holder(), self.path)) from None
+            raise
+        info = dict(pid=os.getpid(), user=pwd.getpwuid(os.geteuid()).pw_name, started=now())
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps(info).encode('utf-8'), 0)
+
+    def probe(self) -> None:
+        """Refuse now if another run holds the lock (check mode): take it and let it go at once."""
+        if not os.path.exists(self.path):
+            return
+        self.acquire()
+        self.release()
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> HostLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+class LockedNvml:
+    """One NVML session shared by the instance threads, one call at a time."""
+
+    def __init__(self, nvml: Nvml) -> None:
+        self.nvml = nvml
+        self.lock = threading.Lock()
+
+    def snapshot(self, index: int, with_details: bool = True) -> dict:
+        with self.lock:
+            return self.nvml.snapshot(index, with_details=with_details)
+
+
+# ---------------------------------------------------------------- the transaction
+
+class Relaunch:
+    """The instances of one host, validated, then started, relaunched or stopped together.
+
+    ``params`` are sglang_launch's host-level options; ``instances`` its per-instance ones.
+    ``warn`` reports a warning to the user; ``check_mode`` only plans.
+    """
+
+    def __init__(self, params: dict, check_mode: bool, diff: bool, warn) -> None:
+        self.params = params
+        self.state = params['state']
+        self.state_dir = params['state_dir']
+        self.check_mode = check_mode
+        self.want_diff = diff
+        self.warn = warn
+        self.specs = [InstanceSpec(p, self.state_dir) for p in params['instances']]
+        self.states: dict = {}
+        self.supervisors: dict = {}
+        self.found: dict = {}
+
+    # ------------------------------------------------------------ validation
+
+    def validate(self) -> None:
+        """Every instance, and the instances against each other; raises SpecError naming field and value."""
+        if not self.specs:
+            raise SpecError('instances: no instance given')
+        seen: dict = {}
+        for index, spec in enumerate(self.specs):
+            if spec.name in seen:
+                raise SpecError('instances[%d].name: %r is also the name of instances[%d]' % (index, spec.name, seen[spec.name]))
+            seen[spec.name] = index
+            spec.validate_basics(self.state)
+        for field in ('gpu_clean_timeout',):
+            if self.params[field] <= 0:
+                raise SpecError('%s: %s is out of range; it must be more than 0 seconds' % (field, self.params[field]))
+        if self.params['max_used_mib'] < 0:
+            raise SpecError('max_used_mib: %s is out of range; it must be at least 0' % self.params['max_used_mib'])
+        self.read_states()
+        if self.state == 'stopped':
+            return
+        self.check_sglang_versions()
+        try:
+            with Nvml() as nvml:
+                for spec in self.specs:
+                    spec.validate(nvml)
+                    spec.finish(self.supervisors[spec.name].kind)
+                self.check_shared()
+                self.check_gpu_holders(nvml)
+        except NvmlError as exc:
+            raise SpecError(str(exc)) from None
+        self.check_ports()
+        for spec in self.specs:
+            for warning in spec.warnings:
+                self.warn(warning)
+
+    def read_states(self) -> None:
+        for spec in self.specs:
+            try:
+                state = spec.instance.read()
+            except OSError as exc:
+                raise SpecError('state_dir: cannot read %s: %s' % (spec.instance.state_file, exc)) from None
+            self.states[spec.name] = state
+            self.supervisors[spec.name] = spec.instance.supervisor(state, spec.params['supervisor'])
+            if spec.params['supervisor'] != 'auto' and state and state.get('supervisor') not in (None, spec.params['supervisor']):
+                # A change of supervisor: the old server is stopped by its own, the new one started by the other.
+                self.supervisors[spec.name] = spec.instance.supervisor(state)
+
+    def new_supervisor(self, spec: InstanceSpec):
+        return spec.instance.supervisor(None, spec.params['supervisor'])
+
+    def check_sglang_versions(self) -> None:
+        """The SGLang each interpreter has installed, when a version is required (one probe per interpreter)."""
+        wanted = self.params['sglang_version']
+        if not wanted:
+            return
+        seen: dict = {}
+        for spec in self.specs:
+            key = (spec.python, spec.params['environment'].get('PYTHONPATH'))
+            if key not in seen:
+                seen[key] = installed_sglang(spec.python, spec.params['environment'])
+            found, error = seen[key]
+            if found != wanted:
+                raise spec.error('python: %s has %s; the collection is written for SGLang %s: install it with '
+                                 'gpufleet.sglang.install (role gpufleet.sglang.sglang_install)'
+                                 % (spec.params['python'], 'SGLang %s' % found if found else 'no SGLang (%s)' % error, wanted))
+
+    def check_shared(self) -> None:
+        """Instances of one host share no GPU and no port: they are relaunched side by side."""
+        for index, spec in enumerate(self.specs):
+            for other in self.specs[:index]:
+                shared = sorted(set(spec.gpu_indexes) & set(other.gpu_indexes))
+                if shared:
+                    raise spec.error('gpus: %s shares GPU(s) %s with instance %s (%s); instances of a host are relaunched '
+                                     'together and must not share a GPU'
+                                     % (spec.params['gpus'] or spec.gpu_indexes, ', '.join(map(str, shared)), other.name,
+                                        other.params['gpus'] or other.gpu_indexes))
+                if spec.params['port'] == other.params['port']:
+                    raise spec.error('port: %s is also the port of instance %s' % (spec.params['port'], other.name))
+
+    def owner(self, pid: int) -> str | None:
+        """The name of the instance (of this call) whose server ``pid`` belongs to."""
+        for spec in self.specs:
+            state = self.states.get(spec.name)
+            if state and self.supervisors[spec.name].owns(pid, state):
+                return spec.name
+        return None
+
+    def check_gpu_holders(self, nvml: Nvml) -> None:
+        """A GPU an instance will use must hold nothing but servers of this call: found now, not after a stop."""
+        for spec in self.specs:
+            for index in spec.gpu_indexes:
+                for proc in nvml.compute_processes(index):
+                    if self.owner(proc['pid']):
+                        continue
+                    info = read_process(proc['pid'])
+                    what = 'pid %d %r (user %s)' % (proc['pid'], info.cmdline[:120], info.user) if info else 'pid %d' % proc['pid']
+                    used = proc.get('used_mib')
+                    raise spec.error('gpus: GPU %d is held by %s%s, which is no server of this task; stop it (for '
+                                     'example with gpufleet.sglang.gpu_kill) or choose other GPUs'
+                                     % (index, what, ', %s MiB' % used if used is not None else ''))
+
+    def check_ports(self) -> None:
+        for spec in self.specs:
+            port = spec.params['port']
+            listening, pids = port_holders(port)
+            if not listening:
+                continue
+            if not pids:
+                raise spec.error('port: %d is already in use by a process not visible on this host (another network '
+                                 'namespace or container?); choose another port' % port)
+            foreign = [pid for pid in pids if not self.owner(pid)]
+            if foreign:
+                info = [read_process(pid) for pid in foreign]
+                raise spec.error('port: %d is already in use by %s; stop it or choose another port' % (
+                    port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process'))
+
+    # ------------------------------------------------------------ deciding
+
+    def decide(self, spec: InstanceSpec) -> str:
+        """What the instance needs: unchanged, start, relaunch, stop or nothing (already stopped)."""
+        state = self.states.get(spec.name)
+        supervisor = self.supervisors[spec.name]
+        running = bool(state) and supervisor.running(state)
+        if self.state == 'stopped':
+            if running or supervisor.leftovers(state):
+                return 'stop'
+            return 'nothing'
+        if not running:
+            return 'start'
+        if self.state == 'restarted':
+            return 'relaunch'
+        if state.get('config_hash') != spec.desired_hash():
+            return 'relaunch'
+        if spec.instance.health(state) != 200:
+            return 'relaunch'
+        return 'unchanged'
+
+    def interrupted(self, spec: InstanceSpec) -> str | None:
+        """What an interrupted earlier run left (its marker in the state: we hold the lock, so it is dead)."""
+        state = self.states.get(spec.name) or {}
+        marker = state.get('relaunch')
+        if not marker:
+            return None
+        return ('an interrupted relaunch (pid %s, started %s, stopped in phase "%s") had left the instance %s'
+                % (marker.get('pid'), marker.get('started'), marker.get('phase'),
+                   'running' if self.supervisors[spec.name].running(state) else 'stopped'))
+
+    # ------------------------------------------------------------ running
+
+    def run(self) -> dict:
+        """Validate, then plan (check mode) or act; the module's result."""
+        self.validate()
+        lock = HostLock(self.state_dir)
+        if self.check_mode:
+            if os.path.isdir(self.state_dir):
+                lock.probe()
+            return self.finish([self.plan(spec) for spec in self.specs])
+        ensure_private_dir(self.state_dir, 0o711 if any(self.foreign_user(s) for s in self.specs) else 0o700)
+        with lock:
+            # What ran may have changed while we validated: read it again under the lock.
+            self.read_states()
+            if self.state != 'stopped':
+                self.check_ports()
+            results = self.run_all()
+        return self.finish(results)
+
+    @staticmethod
+    def foreign_user(spec: InstanceSpec) -> bool:
+        return bool(spec.params['run_as']) and pwd.getpwnam(spec.params['run_as']).pw_uid != os.geteuid()
+
+    def run_all(self) -> list:
+        with Nvml() as nvml:
+            self.nvml = LockedNvml(nvml)
+            if len(self.specs) == 1:
+                return [self.run_one(self.specs[0])]
+            with ThreadPoolExecutor(max_workers=len(self.specs)) as pool:
+                return list(pool.map(self.run_one, self.specs))
+
+    def run_one(self, spec: InstanceSpec) -> dict:
+        try:
+            return InstanceRun(self, spec).run()
+        except Exception as exc:  # pylint: disable=broad-except
+            # One instance's unexpected error must not hide what happened to the others.
+            return dict(name=spec.name, changed=True, result='failed', message='internal error: %s\n%s'
+                        % (exc, traceback.format_exc()), rolled_back=False)
+
+    def plan(self, spec: InstanceSpec) -> dict:
+        state = self.states.get(spec.name)
+        action = self.decide(spec)
+        old_running = bool(state) and self.supervisors[spec.name].running(state)
+        result = base_result(spec, state if old_running else None)
+        result['found'] = self.interrupted(spec)
+        wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged',
+                       nothing='unchanged')
+        result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
+        if self.state != 'stopped':
+            result.update(public(spec, state if action == 'unchanged' else None))
+        result['diff'] = dict(before=config_text((state or {}).get('config')) if old_running else '',
+                              after='' if self.state == 'stopped' else config_text(spec.desired),
+                              before_header='%s (running)' % spec.name, after_header='%s (wanted)' % spec.name)
+        return result
+
+    def finish(self, results: list) -> dict:
+        out = dict(changed=any(r.get('changed') for r in results), instances=results)
+        bad = [r for r in results if r.get('result') in ('failed', 'rolled back')]
+        if self.want_diff:
+            out['diff'] = [r.pop('diff') for r in results if r.get('diff') is not None]
+        for r in results:
+            r.pop('diff', None)
+        if bad:
+            out['failed'] = True
+            out['msg'] = '; '.join('instance %s %s: %s' % (r['name'], r['result'], r.get('message')) for r in bad)
+        return out
+
+
+def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
+    old_config = (old_state or {}).get('config') or {}
+    return dict(name=spec.name, changed=False, result=None, message='', found=None, action=None,
+                old=old_config.get('speculative') if old_state else None,
+                new=dict((k, spec.speculative.get(k)) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
+                if spec.speculative else None,
+                url=None, pid=(old_state or {}).get('pid'), unit=(old_state or {}).get('unit'),
+                supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
+                argv=None, speculative=None, config=None, previous=(old_state or {}).get('previous'),
+                seconds_down=None, seconds_to_ready=None, stopped=None, gpus_clean_after=None, smoke=None,
+                tok_s=None, accept_length=None, rolled_back=False, rollback=None, state_file=spec.instance.state_file)
+
+
+def public(spec: InstanceSpec, state: dict | None) -> dict:
+    out = dict(url=base_url(spec.params['host'], spec.params['port']), argv=spec.masked_argv,
+               speculative=dict(spec.speculative), config=spec.desired)
+    if state:
+        out.update(pid=state.get('pid'), unit=state.get('unit'))
+    return out
+
+
+def installed_sglang(python: str, environment: dict) -> tuple[str | None, str | None]:
+    """(version, None) of the SGLang that ``python`` imports, or (None, why not)."""
+    code = ('import importlib.metadata as m\n'
+            'try:\n    print(m.version("sglang"))\n'
+            'except m.PackageNotFoundError:\n'
+            '    from sglang.version import __version__\n    print(__version__)\n')
+    env = dict(PATH=SERVER_PATH, LANG='C.UTF-8')
+    env.update((k, str(v)) for k, v in environment.items() if v is not None)
+    try:
+        proc = subprocess.run([python, '-c', code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        return None, lines[-1] if lines else 'exit code %d' % proc.returncode
+    return proc.stdout.strip(), None
+
+
+class InstanceRun:
+    """One instance's part of the transaction, run in a thread of its own."""
+
+    def __init__(self, relaunch: Relaunch, spec: InstanceSpec) -> None:
+        self.relaunch = relaunch
+        self.spec = spec
+        self.instance = spec.instance
+        self.state = relaunch.states.get(spec.name)
+        self.old = relaunch.supervisors[spec.name]
+        self.params = relaunch.params
+        self.result: dict = {}
+        self.t0 = 0.0
+
+    def write(self, state: dict) -> None:
+        self.instance.write(state)
+
+    def mark(self, phase: str) -> None:
+        """The relaunch marker in the state: a run that dies mid-way leaves it for the next to report."""
+        if self.state is None:
+            self.state = dict(name=self.spec.name)
+        marker = self.state.get('relaunch') or dict(pid=os.getpid(), started=now())
+        marker['phase'] = phase
+        self.state['relaunch'] = marker
+        self.write(self.state)
+
+    def run(self) -> dict:
+        relaunch, spec = self.relaunch, self.spec
+        action = relaunch.decide(spec)
+        old_running = bool(self.state) and self.old.running(self.state)
+        result = self.result = base_result(spec, self.state if old_running else None)
+        result['action'] = action
+        result['found'] = relaunch.interrupted(spec)
+        if relaunch.state == 'stopped':
+            return self.stop_only(action)
+        if action == 'unchanged':
+            result.update(public(spec, self.state), result='unchanged', previous=self.state.get('previous'))
+            if self.state.get('relaunch'):
+                self.state.pop('relaunch')
+                self.write(self.state)
+            return result
+        result['changed'] = True
+        before = (self.state or {}).get('config') if old_running else None
+        result['previous'] = before if before else (self.state or {}).get('previous')
+        result['diff'] = dict(before=config_text(before), after=config_text(spec.desired),
+                              before_header='%s (before)' % spec.name, after_header='%s (after)' % spec.name)
+        self.t0 = time.monotonic()
+        try:
+            self.replace(spec, old_running, first=True)
+            result['result'] = 'relaunched' if old_running else 'started'
+            self.record_good(spec)
+        except LaunchError as exc:
+            result['message'] = str(exc)
+            self.roll_back(spec, old_running)
+        if old_running:
+            result['seconds_down'] = round(time.monotonic() - self.t0, 2)
+        if self.state and self.state.get('relaunch'):
+            self.state.pop('relaunch')
+            self.write(self.state)
+        return result
+
+    def stop_only(self, action: str) -> dict:
+        result = self.result
+        state = self.state
+        if action == 'nothing':
+            result['result'] = 'unchanged'
+            if state and state.get('relaunch'):
+                state.pop('relaunch')
+                self.write(state)
+            return result
+        result.update(changed=True, result='stopped')
+        self.mark('stop')
+        result['stopped'] = self.old.stop(state, self.spec.params['stop_timeout'])
+        state.update(running=False, pid=None, previous=state.get('config'), stopped_at=now())
+        self.write(state)
+        result['stopped']['gpus_clean_after'] = self.wait_clean((state.get('config') or {}).get('gpus') or [])
+        result['gpus_clean_after'] = result['stopped']['gpus_clean_after']
+        result['pid'] = None
+        state.pop('relaunch', None)
+        self.write(state)
+        result['diff'] = dict(before=config_text(state.get('config')), after='',
+                              before_header='%s (running)' % self.spec.name, after_header='%s (stopped)' % self.spec.name)
+        return result
+
+    # ------------------------------------------------------------ the steps
+
+    def replace(self, spec: InstanceSpec, stop_first: bool, first: bool) -> None:
+        """Stop what runs (if ``stop_first``), wait for clean GPUs, start ``spec``, wait ready, verify, smoke."""
+        result = self.result
+        state = self.state
+        if stop_first and state is not None:
+            self.mark('stop')
+            stopped = self.old.stop(state, state.get('stop_timeout') or spec.params['stop_timeout'])
+            state['running'] = False
+            self.write(state)
+            old_gpus = (state.get('config') or {}).get('gpus') or []
+            gpus = sorted(set(old_gpus) | set(spec.gpu_indexes))
+            self.mark('wait for clean GPUs')
+            stopped['gpus_clean_after'] = self.wait_clean(gpus)
+            if first:
+                result['stopped'] = stopped
+                result['gpus_clean_after'] = stopped['gpus_clean_after']
+        else:
+            # An interrupted run or a crash may have left orphans of this instance on its GPUs.
+            if state is not None and self.old.leftovers(state):
+                self.mark('stop')
+                stopped = self.old.stop(state, spec.params['stop_timeout'])
+                if first:
+                    result['stopped'] = stopped
+            self.mark('wait for clean GPUs')
+            waited = self.wait_clean(spec.gpu_indexes)
+            if first:
+                result['gpus_clean_after'] = waited
+        self.mark('start')
+        new_state = self.start(spec)
+        self.old = self.relaunch.new_supervisor(spec)
+        result.update(public(spec, new_state))
+        self.verify(spec, new_state)
+        self.gate_smoke(spec, new_state)
+
+    def wait_clean(self, indexes: list) -> float | None:
+        if not indexes:
+            return None
+        try:
+            dummy, waited, dummy_polls = wait_clean(self.relaunch.nvml, indexes, self.params['max_used_mib'],
+                                                    self.params['gpu_clean_timeout'], 0.05)
+        except WaitTimeout as exc:
+            raise LaunchError('gpu_clean_timeout: %s' % exc) from None
+        return round(waited, 3)
+
+    def write_secrets(self, spec: InstanceSpec) -> None:
+        uid, gid = -1, -1
+        if spec.params['run_as']:
+            entry = pwd.getpwnam(spec.params['run_as'])
+            uid, gid = entry.pw_uid, entry.pw_gid
+        if spec.api_key:
+            write_private(self.instance.secret_file, secret_config(spec.api_key), uid, gid)
+        else:
+            remove(self.instance.secret_file)
+
+    def start(self, spec: InstanceSpec) -> dict:
+        params = spec.params
+        supervisor = self.relaunch.new_supervisor(spec)
+        self.write_secrets(spec)
+        old = self.state or {}
+        state = dict(name=spec.name, supervisor=supervisor.kind, config=spec.desired, config_hash=spec.desired_hash(),
+                     argv=spec.masked_argv, running=True, started_at=now(), previous=self.result['previous'],
+                     url=base_url(params['host'], params['port']),
+                     probe_url=base_url(probe_host(params['host']), params['port']), pid=None, unit=None,
+                     stop_timeout=params['stop_timeout'], last_good=old.get('last_good'), relaunch=old.get('relaunch'))
+        start = time.monotonic()
+        alive = supervisor.start(state, spec.argv, spec.env, spec.log_file, params['run_as'], params['stop_timeout'],
+                                 self.instance.env_file, self.instance.secret_file if spec.api_key else None)
+        # Recorded at once: a failure from here on still leaves a state that the next run can stop.
+        self.state = state
+        self.mark('wait until ready')
+        self.result.update(pid=state['pid'], unit=state['unit'])
+        self.wait_ready(spec, supervisor, state, alive, start)
+        return state
+
+    def stop_new(self, supervisor, state: dict, spec: InstanceSpec) -> None:
+        supervisor.stop(state, spec.params['stop_timeout'])
+        state['running'] = False
+        self.write(state)
+
+    def wait_ready(self, spec: InstanceSpec, supervisor, state: dict, alive, start: float) -> None:
+        params = spec.params
+        path = READY_PATHS[params['ready_check']]
+        url = state['probe_url'] + path
+        deadline = start + params['ready_timeout']
+        while True:
+            status, body = http_request(url, spec.api_key, timeout=max(5.0, params['ready_poll_interval']))
+            if status == 200:
+                state['seconds_to_ready'] = round(time.monotonic() - start, 3)
+                self.result['seconds_to_ready'] = state['seconds_to_ready']
+                self.write(state)
+                return
+            if not alive():
+                time.sleep(0.2)  # let the last lines reach the log
+                exit_text = supervisor.describe_exit(state)
+                self.stop_new(supervisor, state, spec)
+                raise LaunchError('the SGLang server %s exited during startup (%s); last lines of %s:\n%s'
+                                  % (spec.name, exit_text, spec.log_file, tail(spec.log_file)))
+            if time.monotonic() >= deadline:
+                self.stop_new(supervisor, state, spec)
+                raise LaunchError('ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); '
+                                  'it was stopped. Last lines of %s:\n%s'
+                                  % (spec.name, path, params['ready_timeout'], status, body[:200], spec.log_file,
+                                     tail(spec.log_file)))
+            time.sleep(params['ready_poll_interval'])
+
+    def verify(self, spec: InstanceSpec, state: dict) -> None:
+        """Fail when SGLang runs other speculative parameters than predicted."""
+        status, info, body = self.instance.server_info(state, spec.api_key)
+        if info is None:
+            raise LaunchError('the server %s serves, but GET /server_info answered %s: %s' % (spec.name, status, body[:200]))
+        running = speculative_of(info)
+        self.result['speculative']['running'] = running
+        differ = []
+        wanted_algo = spec.speculative['effective_algorithm']
+        got_algo = running['algorithm']
+        got_algo = None if got_algo is None else effective_algorithm(str(got_algo))
+        if got_algo != wanted_algo:
+            differ.append('speculative.algorithm: asked %s, SGLang runs %s' % (wanted_algo, got_algo))
+        if spec.speculative['enabled']:
+            for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
+                if spec.speculative[key] is not None and running[key] != spec.speculative[key]:
+                    differ.append('speculative.%s: asked %s, SGLang runs %s' % (key, spec.speculative[key], running[key]))
+        self.result['new'] = dict((k, running[k]) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
+        if differ:
+            raise LaunchError('the server %s started, but SGLang resolved the speculative parameters differently: %s'
+                              % (spec.name, '; '.join(differ)))
+
+    def gate_smoke(self, spec: InstanceSpec, state: dict) -> None:
+        params = spec.params
+        if params['smoke_max_tokens'] <= 0:
+            return
+        smoke = self.instance.smoke(state, spec.api_key, params['smoke_max_tokens'], self.params['smoke_prompt'],
+                                    timeout=max(60.0, params['ready_poll_interval']))
+        self.result.update(smoke=smoke, tok_s=smoke['tok_s'], accept_length=smoke['accept_length'])
+        if not smoke['ok']:
+            raise LaunchError('the smoke generation of %s failed: %s' % (spec.name, smoke['error']))
+        low = []
+        if params['smoke_min_tok_s'] is not None and (smoke['tok_s'] or 0) < params['smoke_min_tok_s']:
+            low.append('%s tok/s, under smoke_min_tok_s %s' % (smoke['tok_s'], params['smoke_min_tok_s']))
+        if (params['smoke_min_accept_length'] is not None
+                and (smoke['accept_length'] or 0) < params['smoke_min_accept_length']):
+            low.append('accept length %s, under smoke_min_accept_length %s'
+                       % (smoke['accept_length'], params['smoke_min_accept_length']))
+        if low:
+            raise LaunchError('the smoke generation of %s was too slow: %s' % (spec.name, '; '.join(low)))
+
+    def record_good(self, spec: InstanceSpec) -> None:
+        self.state['last_good'] = dict(params=spec.good_params(), config_hash=spec.desired_hash(), recorded_at=now())
+        self.write(self.state)
+
+    def roll_back(self, spec: InstanceSpec, old_running: bool) -> None:
+        """Replace a new configuration that failed by the last known good one, verified serving again."""
+        result = self.result
+        reason = result['message']
+        state = self.state or {}
+        good = state.get('last_good')
+        # A new server that started but does not serve as asked is stopped before the good one starts;
+        # without a rollback it keeps running, and the failure says why.
+        current = self.relaunch.new_supervisor(spec)
+        result['result'] = 'failed'
+        if not self.relaunch.params['rollback']:
+            result['message'] = reason + '; rollback is off'
+            return
+        if not good:
+            result['message'] = reason + '; no last known good configuration to roll back to'
+            return
+        if good.get('config_hash') == spec.desired_hash():
+            result['message'] = reason + '; the last known good configuration is this very one'
+            return
+        params = dict(good['params'])
+        params['api_key'] = spec.params.get('api_key')
+        good_spec = InstanceSpec(params, self.relaunch.state_dir)
+        try:
+            good_spec.validate_basics('started')
+            with Nvml() as nvml:
+                good_spec.validate(nvml)
+            good_spec.finish(self.relaunch.new_supervisor(good_spec).kind)
+            result['rollback'] = dict(reason=reason, config=good_spec.desired, seconds_to_ready=None)
+            running_now = bool(self.state) and current.running(self.state)
+            self.old = current
+            keep = dict(result)
+            self.replace(good_spec, running_now, first=False)
+            # The report keeps the new configuration's figures; the rollback's go under rollback.
+            result['rollback']['seconds_to_ready'] = self.state.get('seconds_to_ready')
+            for key in ('stopped', 'gpus_clean_after', 'smoke', 'tok_s', 'accept_length', 'new'):
+                result[key] = keep.get(key)
+            result['speculative'] = dict(good_spec.speculative, running=result['speculative'].get('running'))
+            result.update(result='rolled back', rolled_back=True, config=good_spec.desired,
+                          message=reason + '; rolled back to the last known good configuration, which serves again')
+            self.state['last_good'] = good
+            self.write(self.state)
+        except LaunchError as exc:
+            result['message'] = '%s; the rollback failed too: %s' % (reason, exc)

@@ -1,0 +1,205 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
+# at any time, in any release. Do not use it from other collections or from your own modules.
+
+"""The two ways an SGLang server is kept running: a systemd unit, or a process session of its own.
+
+Both have one interface (start, stop, running, owns, describe_exit) and work on the instance's
+state dict, so the rest of the collection never asks which one it has. ``systemctl`` is called
+from one place, ``Systemctl.run``. Standard library only, no shell: every command is an argument list.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
+    LaunchError, env_file_text, process_alive, session_members, start_process, stop_process, unit_text, write_private,
+)
+
+UNIT_DIR = '/etc/systemd/system'
+
+
+def systemd_running() -> bool:
+    """systemd is PID 1 and manages services (what sd_booted() checks, plus PID 1 itself)."""
+    if not os.path.isdir('/run/systemd/system'):
+        return False
+    try:
+        with open('/proc/1/comm', encoding='utf-8') as handle:
+            return handle.read().strip() == 'systemd'
+    except OSError:
+        return False
+
+
+def unit_name(name: str) -> str:
+    return 'sglang-%s.service' % name
+
+
+class Systemctl:
+    """The one place that runs systemctl."""
+
+    @staticmethod
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            proc = subprocess.run(['systemctl'] + list(args), capture_output=True, text=True, check=False, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 1, '', str(exc)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    @classmethod
+    def check(cls, *args: str) -> str:
+        rc, out, err = cls.run(*args)
+        if rc != 0:
+            raise LaunchError('systemctl %s failed: %s' % (' '.join(args), (err or out).strip()))
+        return out
+
+    @classmethod
+    def active_state(cls, unit: str) -> str:
+        # is-active exits non-zero for every state but "active": its output is the answer, not its rc.
+        dummy_rc, out, dummy_err = cls.run('is-active', unit)
+        return out.strip()
+
+
+class Supervisor:
+    """What keeps one server running. ``state`` is the instance's state dict (see _instance.py)."""
+
+    kind = ''
+
+    def start(self, state: dict, argv: list[str], env: dict, log_file: str, run_as: str | None, stop_timeout: float,
+              env_file: str, secret_file: str | None):
+        """Start the server; fill ``state`` (pid, ...); return a callable telling whether it is still alive."""
+        raise NotImplementedError
+
+    def stop(self, state: dict, stop_timeout: float) -> dict:
+        """Stop the server and everything it started; return dict(signal, seconds, killed)."""
+        raise NotImplementedError
+
+    def running(self, state: dict | None) -> bool:
+        raise NotImplementedError
+
+    def owns(self, pid: int, state: dict | None) -> bool:
+        """Is ``pid`` part of the server that ``state`` describes?"""
+        raise NotImplementedError
+
+    def leftovers(self, state: dict | None) -> bool:
+        """Are processes of a server whose main process is gone still alive (orphans holding GPUs)?"""
+        return False
+
+    def describe_exit(self, state: dict) -> str:
+        raise NotImplementedError
+
+
+class ProcessSupervisor(Supervisor):
+    """The server in a session of its own; its pid, start time, group and session in the state."""
+
+    kind = 'process'
+
+    def start(self, state, argv, env, log_file, run_as, stop_timeout, env_file, secret_file):
+        proc, info = start_process(argv, env, log_file, run_as)
+        state.update(pid=proc.pid, pgid=info.pgid if info else proc.pid, sid=info.sid if info else proc.pid,
+                     starttime=info.starttime if info else None, unit=None)
+
+        def alive() -> bool:
+            return proc.poll() is None
+        return alive
+
+    def stop(self, state, stop_timeout):
+        if not state.get('sid') or not self._leader_is_ours(state):
+            # Nothing of ours is left; whatever has the number now belongs to someone else.
+            report = dict(signal=None, seconds=0.0, killed=[])
+        else:
+            report = stop_process(state, stop_timeout, kill_timeout=10.0)
+        # The session id is the server's no more: a later process may reuse the number.
+        state.update(pid=None, pgid=None, sid=None, starttime=None)
+        return report
+
+    def running(self, state):
+        return bool(state) and bool(state.get('running')) and process_alive(state)
+
+    def owns(self, pid, state):
+        if not state or not state.get('sid'):
+            return False
+        info = read_process(pid)
+        return info is not None and info.sid == state['sid'] and self._leader_is_ours(state)
+
+    def leftovers(self, state):
+        if not state or not state.get('sid') or not self._leader_is_ours(state):
+            return False
+        return bool(session_members(state['sid']))
+
+    @staticmethod
+    def _leader_is_ours(state: dict) -> bool:
+        # While the launcher lives its (pid, start time) proves the session is ours. Once it has exited,
+        # its pid and session id can only be taken by a new session leader that is not ours.
+        leader = read_process(state['sid'])
+        if leader is None:
+            return True
+        return state.get('pid') == state['sid'] and leader.starttime == state.get('starttime')
+
+    def describe_exit(self, state):
+        return 'pid %s' % state.get('pid')
+
+
+class SystemdSupervisor(Supervisor):
+    """The server as the unit /etc/systemd/system/sglang-<name>.service; its cgroup is what it owns."""
+
+    kind = 'systemd'
+
+    def __init__(self, name: str) -> None:
+        self.unit = unit_name(name)
+        self.unit_file = os.path.join(UNIT_DIR, self.unit)
+
+    def start(self, state, argv, env, log_file, run_as, stop_timeout, env_file, secret_file):
+        write_private(env_file, env_file_text(env))
+        text = unit_text(state['name'], argv, env_file, log_file, run_as, stop_timeout, secret_file)
+        if write_private(self.unit_file, text, mode=0o644):
+            Systemctl.check('daemon-reload')
+        Systemctl.run('reset-failed', self.unit)
+        Systemctl.check('start', self.unit)
+        out = Systemctl.check('show', '-p', 'MainPID', '--value', self.unit)
+        state.update(unit=self.unit, pid=int(out.strip() or 0) or None, pgid=None, sid=None, starttime=None)
+
+        def alive() -> bool:
+            return Systemctl.active_state(self.unit) in ('active', 'activating')
+        return alive
+
+    def stop(self, state, stop_timeout):
+        start = time.monotonic()
+        Systemctl.check('stop', state.get('unit') or self.unit)
+        state['pid'] = None
+        return dict(signal='systemctl stop', seconds=round(time.monotonic() - start, 3), killed=[])
+
+    def running(self, state):
+        if not state or not state.get('running'):
+            return False
+        return Systemctl.active_state(state.get('unit') or self.unit) in ('active', 'activating', 'deactivating')
+
+    def owns(self, pid, state):
+        try:
+            with open('/proc/%d/cgroup' % pid, encoding='utf-8') as handle:
+                return ('/%s' % self.unit) in handle.read()
+        except OSError:
+            return False
+
+    def leftovers(self, state):
+        # KillMode=control-group: when the unit is inactive its cgroup is empty.
+        return False
+
+    def describe_exit(self, state):
+        out = Systemctl.run('show', '-p', 'Result,ExecMainStatus', '--value', self.unit)[1]
+        return 'unit %s: %s' % (self.unit, ' '.join(out.split()))
+
+
+def supervisor_for(kind: str, name: str) -> Supervisor:
+    """The supervisor of ``kind`` (V(auto) resolved here) for instance ``name``."""
+    if kind == 'auto':
+        kind = 'systemd' if systemd_running() else 'process'
+    if kind == 'systemd':
+        return SystemdSupervisor(name)
+    return ProcessSupervisor()
