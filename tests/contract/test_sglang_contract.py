@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.util
 import io
 import os
@@ -24,6 +25,12 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 MODULE_UTILS = os.path.join(REPO, "plugins", "module_utils")
+DATA_MODULE = os.path.join(MODULE_UTILS, "_sglang_flags_data.py")
+GENERATOR = os.path.join(REPO, "hacking", "generate_sglang_flags.py")
+# The module_utils import each other as ansible_collections.gpufleet.sglang.plugins.module_utils.*, which
+# <repo>/collections provides: collections/ansible_collections/gpufleet/sglang links to the repository root.
+COLLECTIONS = os.path.join(REPO, "collections")
+PACKAGE = "ansible_collections.gpufleet.sglang.plugins.module_utils"
 
 
 def _load(name, path):
@@ -34,9 +41,18 @@ def _load(name, path):
     return module
 
 
-extractor = _load("extract_sglang_flags", os.path.join(HERE, "extract_sglang_flags.py"))
-flags = _load("_sglang_flags", os.path.join(MODULE_UTILS, "_sglang_flags.py"))
-speculative = _load("_speculative", os.path.join(MODULE_UTILS, "_speculative.py"))
+def _import(name):
+    if COLLECTIONS not in sys.path:
+        sys.path.insert(0, COLLECTIONS)
+    module = importlib.import_module(PACKAGE + "." + name)
+    assert os.path.samefile(module.__file__, os.path.join(MODULE_UTILS, name + ".py")), module.__file__
+    return module
+
+
+generator = _load("generate_sglang_flags", GENERATOR)
+flags = _import("_sglang_flags")
+flags_data = _import("_sglang_flags_data")
+speculative = _import("_speculative")
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +61,14 @@ def extracted():
     version = os.environ.get("SGLANG_CONTRACT_VERSION", flags.SGLANG_VERSION)
     try:
         if not wheel:
-            wheel = extractor.download_wheel(version)
-        return extractor.extract(wheel)
-    except extractor.ExtractionError as exc:
+            wheel = generator.download_wheel(version)
+        return generator.extract(wheel)
+    except generator.ExtractionError as exc:
         pytest.fail("cannot read the SGLang %s wheel, so the contract cannot be checked: %s" % (version, exc))
 
 
 def test_pinned_release_is_the_one_checked(extracted):
-    assert extracted["version"] == flags.SGLANG_VERSION == speculative.SGLANG_VERSION
+    assert extracted["version"] == flags.SGLANG_VERSION == flags_data.SGLANG_VERSION == speculative.SGLANG_VERSION
 
 
 def test_flag_table_equals_the_wheel(extracted):
@@ -63,14 +79,40 @@ def test_flag_table_equals_the_wheel(extracted):
         for key in sorted(set(real[flag]) | set(ours[flag])):
             if real[flag].get(key) != ours[flag].get(key):
                 problems.append("%s %s: table has %r, wheel has %r" % (flag, key, ours[flag].get(key), real[flag].get(key)))
-    assert not problems, "regenerate _sglang_flags.py (see tests/contract/README.md):\n" + "\n".join(problems[:80])
+    assert not problems, "regenerate _sglang_flags_data.py (see tests/contract/README.md):\n" + "\n".join(problems[:80])
     assert extracted["parser"]["allow_abbrev"] == flags.ALLOW_ABBREV
 
 
-def test_generated_module_was_not_edited_by_hand(extracted):
-    with open(os.path.join(MODULE_UTILS, "_sglang_flags.py"), encoding="utf-8") as handle:
+def test_expanded_entries_are_whole(extracted):
+    # The data file leaves defaults out and _sglang_flags._expand puts them back: every entry must come out with
+    # every key, each value of the wheel's type (True is not 1), as the generator's own expansion gives it.
+    real = extracted["flags"]
+    problems = []
+    for flag in sorted(set(real) & set(flags.FLAGS)):
+        ours = flags.FLAGS[flag]
+        if set(ours) != set(generator.ENTRY_KEYS):
+            problems.append("%s: keys %s" % (flag, sorted(ours)))
+        problems += ["%s %s: %r is a %s, the wheel's %r a %s" % (flag, key, ours.get(key), type(ours.get(key)).__name__,
+                                                                 real[flag][key], type(real[flag][key]).__name__)
+                     for key in generator.ENTRY_KEYS if type(ours.get(key)) is not type(real[flag][key])]
+        if ours != generator.expand_entry(flag, flags_data.FLAG_ENTRIES[flag]):
+            problems.append("%s: _sglang_flags._expand and the generator's expand_entry disagree" % flag)
+    assert not problems, "\n".join(problems[:80])
+
+
+def test_speculative_algorithm_tuples_equal_the_wheel(extracted):
+    algos = extracted["speculative_algorithms"]
+    assert flags.SPECULATIVE_ALGORITHM_ENUM == tuple(algos["enum_members"])
+    assert flags.SPECULATIVE_ALGORITHM_ALIASES == tuple(algos["reserved_aliases"])
+    assert flags.SPECULATIVE_ALGORITHM_DOCUMENTED == tuple(algos["documented"])
+
+
+def test_generated_data_module_was_not_edited_by_hand(extracted):
+    with open(DATA_MODULE, encoding="utf-8") as handle:
         committed = handle.read()
-    assert committed == extractor.render_module(extracted), "_sglang_flags.py differs from what the generator writes"
+    assert committed == generator.render_module(extracted), (
+        "_sglang_flags_data.py differs from what the generator writes: python hacking/generate_sglang_flags.py "
+        "--version %s --write" % extracted["version"])
 
 
 @pytest.mark.parametrize("flag", sorted(flags.MANAGED_FLAGS))

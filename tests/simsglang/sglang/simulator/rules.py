@@ -34,6 +34,10 @@ def _load():
             return (importlib.import_module(_COLLECTION_PACKAGE + "._speculative"),
                     importlib.import_module(_COLLECTION_PACKAGE + "._sglang_flags"))
     try:
+        # _sglang_flags imports its generated table as <collection>.plugins.module_utils._sglang_flags_data (the
+        # form Ansible's module packaging follows); installed, that file is sglang._gpufleet._sglang_flags_data.
+        data = importlib.import_module(_PACKAGED + "._sglang_flags_data")
+        sys.modules.setdefault(_COLLECTION_PACKAGE + "._sglang_flags_data", data)
         return importlib.import_module(_PACKAGED + "._speculative"), importlib.import_module(_PACKAGED + "._sglang_flags")
     except ImportError as exc:
         raise ImportError("simsglang cannot find the collection's _speculative.py and _sglang_flags.py: run it from a "

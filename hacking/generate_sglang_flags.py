@@ -18,11 +18,16 @@ builds the ``sglang serve`` parser:
 Anything the replay does not understand stops it with an error that names the
 file and line: a new construct in a new release must be looked at, not guessed.
 
-Usage::
+The table goes into ``plugins/module_utils/_sglang_flags_data.py``, data only; the
+code that uses it is ``plugins/module_utils/_sglang_flags.py``, written by hand.
+tests/contract/test_sglang_contract.py checks that the committed data file is
+exactly what this script writes for the pinned wheel.
 
-    extract_sglang_flags.py --version 0.5.23            # print the table
-    extract_sglang_flags.py --version 0.5.23 --write    # regenerate the module
-    extract_sglang_flags.py --wheel path/to/sglang.whl  # use a wheel you have
+Usage, from the repository root::
+
+    python hacking/generate_sglang_flags.py --version 0.5.23            # print the table
+    python hacking/generate_sglang_flags.py --version 0.5.23 --write    # regenerate the data file
+    python hacking/generate_sglang_flags.py --wheel path/to/sglang.whl  # use a wheel you have
 """
 
 from __future__ import annotations
@@ -37,9 +42,9 @@ import subprocess
 import sys
 import zipfile
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CACHE = os.path.join(REPO_ROOT, ".cache", "sglang-wheels")
-GENERATED_MODULE = os.path.join(REPO_ROOT, "plugins", "module_utils", "_sglang_flags.py")
+GENERATED_MODULE = os.path.join(REPO_ROOT, "plugins", "module_utils", "_sglang_flags_data.py")
 
 SERVER_ARGS = "sglang/srt/server_args.py"
 ARG_UTILS = "sglang/srt/arg_groups/arg_utils.py"
@@ -375,7 +380,7 @@ def _check_arg_utils(wheel):
                    "arg_meta.nargs or '+'"):
         if needle not in src:
             raise ExtractionError("%s: add_cli_args_from_dataclass no longer contains %s; "
-                                  "review the replay in extract_sglang_flags.py" % (ARG_UTILS, needle))
+                                  "review the replay in hacking/generate_sglang_flags.py" % (ARG_UTILS, needle))
     arg_cls = mod.classes.get("Arg")
     fields = [s.target.id for s in arg_cls.body if isinstance(s, ast.AnnAssign)]
     known = {"help", "choices", "aliases", "cli_name", "type_parser", "nargs", "required", "action",
@@ -769,28 +774,93 @@ def extract(wheel_path):
 
 
 # ---------------------------------------------------------------------------
-# Writing the module
+# Writing the data module
 # ---------------------------------------------------------------------------
+
+# Keys of a table entry, in the order they are written. An entry keeps only the keys whose value differs from
+# what FLAG_DEFAULTS gives its action ("store" when the entry names none; an action FLAG_DEFAULTS does not list
+# takes the "store" defaults), and leaves "canonical" and "dest" out when they follow the rules of _derived().
+# The hand-written plugins/module_utils/_sglang_flags.py (_expand) fills everything back in, render_module checks
+# that every entry expands back to what the wheel says, and the contract test holds the expanded table to the wheel.
+ENTRY_KEYS = ("canonical", "dest", "action", "takes_value", "type", "nargs", "required", "const", "choices")
+DEFAULT_ACTION = "store"
+_NO_VALUE = {"takes_value": False, "type": None, "nargs": None, "required": False, "const": True, "choices": None}
+FLAG_DEFAULTS = {
+    "store": {"takes_value": True, "type": "str", "nargs": None, "required": False, "const": None, "choices": None},
+    "store_true": _NO_VALUE,
+    "BooleanOptionalAction": _NO_VALUE,
+}
+LINE_WIDTH = 120
+
+
+def _derived(flag, canonical):
+    """The canonical option string and the dest an entry that leaves them out gets."""
+    canonical = canonical or flag
+    return canonical, canonical.lstrip("-").replace("-", "_")
+
+
+def _defaults(action):
+    return FLAG_DEFAULTS.get(action, FLAG_DEFAULTS[DEFAULT_ACTION])
+
+
+def _same(value, default):
+    return value == default and type(value) is type(default)
+
+
+def compact_entry(flag, spec):
+    """The entry for one flag: only what differs from the defaults of its action and from _derived()."""
+    if set(spec) != set(ENTRY_KEYS):
+        raise ExtractionError("%s: unexpected keys %s" % (flag, sorted(set(spec) ^ set(ENTRY_KEYS))))
+    defaults = _defaults(spec["action"])
+    entry = {}
+    for key in ENTRY_KEYS:
+        if key == "canonical":
+            keep = spec[key] != flag
+        elif key == "dest":
+            keep = spec[key] != _derived(flag, spec["canonical"])[1]
+        elif key == "action":
+            keep = spec[key] != DEFAULT_ACTION
+        else:
+            keep = not _same(spec[key], defaults[key])
+        if keep:
+            entry[key] = spec[key]
+    return entry
+
+
+def expand_entry(flag, entry):
+    """What _sglang_flags._expand makes of an entry; render_module checks every entry round-trips."""
+    action = entry.get("action", DEFAULT_ACTION)
+    spec = dict(_defaults(action))
+    spec["action"] = action
+    spec.update(entry)
+    canonical, dest = _derived(flag, entry.get("canonical"))
+    spec.setdefault("canonical", canonical)
+    spec.setdefault("dest", dest)
+    return spec
 
 
 def render_module(result):
-    """Render plugins/module_utils/_sglang_flags.py from the table and the template."""
-    template = MODULE_TEMPLATE
-    flag_lines = []
+    """Render plugins/module_utils/_sglang_flags_data.py from the table and the template."""
+    entry_lines = []
     for flag, spec in result["flags"].items():
-        flag_lines.extend(_render_spec(flag, spec))
+        entry = compact_entry(flag, spec)
+        if expand_entry(flag, entry) != spec:
+            raise ExtractionError("%s: the compact entry %r does not expand back to %r" % (flag, entry, spec))
+        entry_lines.extend(_render_entry(flag, entry))
     algos = result["speculative_algorithms"]
     replacements = {
         "@@VERSION_TEXT@@": result["version"],
         "@@VERSION@@": '"%s"' % result["version"],
         "@@ALLOW_ABBREV@@": repr(bool(result["parser"]["allow_abbrev"])),
-        "@@FLAGS@@": "\n".join(flag_lines),
-        "@@SPEC_ENUM@@": repr(tuple(algos["enum_members"])),
-        "@@SPEC_ALIASES@@": repr(tuple(algos["reserved_aliases"])),
-        "@@SPEC_DOCUMENTED@@": repr(tuple(algos["documented"])),
+        "@@DEFAULT_ACTION@@": repr(DEFAULT_ACTION),
+        "@@FLAG_DEFAULTS@@": _render_defaults(),
+        "@@FLAG_ENTRIES@@": "\n".join(entry_lines),
+        "@@SPEC_ENUM@@": _render_tuple("SPECULATIVE_ALGORITHM_ENUM", algos["enum_members"]),
+        "@@SPEC_ALIASES@@": _render_tuple("SPECULATIVE_ALGORITHM_ALIASES", algos["reserved_aliases"]),
+        "@@SPEC_DOCUMENTED@@": _render_tuple("SPECULATIVE_ALGORITHM_DOCUMENTED", algos["documented"]),
         "@@NOTES@@": "\n".join("#   - %s" % n for n in result["notes"]) or "#   (none)",
     }
-    text = template
+    text = MODULE_TEMPLATE
     for key, value in replacements.items():
         if key not in text:
             raise ExtractionError("template lacks %s" % key)
@@ -798,7 +868,7 @@ def render_module(result):
     return text
 
 
-def _pack(items, indent, width=120):
+def _pack(items, indent, width=LINE_WIDTH):
     """Greedy line packing of already-rendered items, each followed by a comma."""
     lines, current = [], ""
     for item in items:
@@ -813,18 +883,45 @@ def _pack(items, indent, width=120):
     return lines
 
 
-def _render_spec(flag, spec):
-    keys = ("canonical", "dest", "action", "takes_value", "type", "nargs", "required", "const")
-    lines = ["    %r: {" % flag]
-    lines.extend(_pack(["%r: %r" % (k, spec[k]) for k in keys], " " * 8))
-    if spec["choices"] is None:
-        lines.append("        'choices': None,")
-    else:
-        lines.append("        'choices': (")
-        lines.extend(_pack([repr(c) for c in spec["choices"]], " " * 12))
-        lines.append("        ),")
-    lines.append("    },")
+def _render_entry(flag, entry):
+    """One line per flag; an entry that does not fit spreads over the lines that follow."""
+    items = ["%r: %r" % item for item in entry.items()]
+    line = "    %r: {%s}," % (flag, ", ".join(items))
+    if len(line) <= LINE_WIDTH:
+        return [line]
+    return ["    %r: {" % flag] + _render_items(entry, " " * 8) + ["    },"]
+
+
+def _render_items(mapping, indent):
+    """The items of a dict, packed; a tuple that does not fit on one line gets lines of its own."""
+    lines = _pack(["%r: %r" % item for item in mapping.items() if not isinstance(item[1], tuple)], indent)
+    for key, value in mapping.items():
+        if isinstance(value, tuple):
+            whole = "%s%r: %r," % (indent, key, value)
+            if len(whole) <= LINE_WIDTH:
+                lines.append(whole)
+            else:
+                lines.append("%s%r: (" % (indent, key))
+                lines.extend(_pack([repr(v) for v in value], indent + " " * 4))
+                lines.append(indent + "),")
     return lines
+
+
+def _render_tuple(name, values):
+    line = "%s = %r" % (name, tuple(values))
+    if len(line) <= LINE_WIDTH:
+        return line
+    return "\n".join(["%s = (" % name] + _pack([repr(v) for v in values], " " * 4) + [")"])
+
+
+def _render_defaults():
+    lines = ["{"]
+    for action, defaults in FLAG_DEFAULTS.items():
+        lines.append("    %r: {" % action)
+        lines.extend(_render_items(defaults, " " * 8))
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines)
 
 
 MODULE_TEMPLATE = r'''# -*- coding: utf-8 -*-
@@ -832,217 +929,41 @@ MODULE_TEMPLATE = r'''# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-# GENERATED FILE, DO NOT EDIT. Generated by tests/contract/extract_sglang_flags.py from the
-# SGLang @@VERSION_TEXT@@ wheel (sglang/srt/server_args.py and sglang/srt/arg_groups/fields/*.py).
-# To change it, edit the generator and run:
-#   python tests/contract/extract_sglang_flags.py --version <release> --write
+# GENERATED FILE, DO NOT EDIT. Generated by hacking/generate_sglang_flags.py from the SGLang @@VERSION_TEXT@@
+# wheel (sglang/srt/server_args.py and sglang/srt/arg_groups/fields/*.py). To change it, edit the generator and run:
+#   python hacking/generate_sglang_flags.py --version <release> --write
 #
 # This module is private to the gpufleet.sglang collection. Its API can change at any time;
-# code outside this collection must not import it.
+# code outside this collection must not import it. Data only: _sglang_flags.py is the code that reads it.
 #
 # Assumptions made while reading the sources:
 @@NOTES@@
 
-"""The command-line flags of the pinned SGLang release, and argparse's way of matching them."""
+"""The command-line flags of the pinned SGLang release, as data (generated)."""
 
 from __future__ import annotations
 
-import json
-
 SGLANG_VERSION = @@VERSION@@
 
-# prepare_server_args builds a plain argparse.ArgumentParser: unique prefixes of long flags are accepted.
+# Whether prepare_server_args' argparse.ArgumentParser accepts unique prefixes of long flags.
 ALLOW_ABBREV = @@ALLOW_ABBREV@@
 
-# Option string -> what argparse was told about it. "canonical" is the first option string of the
-# argument (aliases share its "dest"); "takes_value" is False for flags that consume no value; "const"
-# is the value such a flag stores; "type" names the converter argparse applies to a value.
-FLAGS = {
-@@FLAGS@@
+# Option string -> what argparse was told about it, keeping only what differs from the defaults of the entry's
+# action: FLAG_DEFAULTS[action], or FLAG_DEFAULTS[DEFAULT_ACTION] for an action it does not list; an entry without
+# "action" has DEFAULT_ACTION. An entry without "canonical" is its own canonical option string; one without "dest"
+# has the canonical option string, leading dashes stripped and the others turned into underscores.
+# _sglang_flags.FLAGS holds the full entries.
+DEFAULT_ACTION = @@DEFAULT_ACTION@@
+FLAG_DEFAULTS = @@FLAG_DEFAULTS@@
+FLAG_ENTRIES = {
+@@FLAG_ENTRIES@@
 }
 
 # Names SpeculativeAlgorithm.from_string knows (the enum members), the aliases it maps to EAGLE, and the
 # builtins that --speculative-algorithm's help text documents. The parser itself has no choices for it.
-SPECULATIVE_ALGORITHM_ENUM = @@SPEC_ENUM@@
-SPECULATIVE_ALGORITHM_ALIASES = @@SPEC_ALIASES@@
-SPECULATIVE_ALGORITHM_DOCUMENTED = @@SPEC_DOCUMENTED@@
-
-# Flags the launch module emits itself, with the module option that sets each. extra_args may not set
-# them (nor any alias of them), and every one must stay an exact flag of the pinned release.
-MANAGED_FLAGS = {
-    "--model-path": "model_path",
-    "--served-model-name": "served_model_name",
-    "--host": "host",
-    "--port": "port",
-    "--tp-size": "tp_size",
-    "--api-key": "api_key",
-    "--enable-metrics": "enable_metrics",
-    "--log-level": "log_level",
-    "--speculative-algorithm": "speculative.algorithm",
-    "--speculative-draft-model-path": "speculative.draft_model_path",
-    "--speculative-num-steps": "speculative.num_steps",
-    "--speculative-eagle-topk": "speculative.eagle_topk",
-    "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
-}
-
-# Every speculative-decoding setting goes through the module's speculative option, where the rules of
-# _speculative.py apply; extra_args may not bypass them.
-MANAGED_DEST_PREFIXES = {"speculative_": "speculative"}
-
-
-class SGLangFlagError(ValueError):
-    """A flag or a value SGLang would refuse. ``field`` names the offending input, ``value`` holds it."""
-
-    def __init__(self, message, field=None, value=None, candidates=()):
-        super(SGLangFlagError, self).__init__(message)
-        self.field = field
-        self.value = value
-        self.candidates = tuple(candidates)
-
-
-def _managed_option(spec):
-    dest = spec.get("dest") or ""
-    for flag, option in MANAGED_FLAGS.items():
-        if FLAGS.get(flag, {}).get("dest") == dest:
-            return option
-    for prefix, option in MANAGED_DEST_PREFIXES.items():
-        if dest.startswith(prefix):
-            return option
-    return None
-
-
-def resolve_flag(name):
-    """Return the option string argparse would match for ``name`` ("model-path" or "--model-path").
-
-    An exact option string wins; otherwise, when the parser allows abbreviations, a prefix of exactly
-    one option string matches it. Raises SGLangFlagError when the name is ambiguous or unknown.
-    """
-    if not isinstance(name, str) or not name.strip("-"):
-        raise SGLangFlagError("%r is not a flag name" % (name,), value=name)
-    option = name if name.startswith("-") else "--" + name
-    if option in FLAGS:
-        return option
-    if "=" in option or any(c.isspace() for c in option):
-        raise SGLangFlagError("%r is not a flag name (give the value separately)" % (name,), value=name)
-    candidates = []
-    if ALLOW_ABBREV and option.startswith("--"):
-        candidates = sorted(flag for flag in FLAGS if flag.startswith(option))
-    if len(candidates) == 1:
-        return candidates[0]
-    if candidates:
-        raise SGLangFlagError("%s is ambiguous in SGLang %s: it could match %s"
-                              % (option, SGLANG_VERSION, ", ".join(candidates)), value=name, candidates=candidates)
-    hint = ""
-    if "_" in option and option.replace("_", "-") in FLAGS:
-        hint = " (did you mean %s?)" % option.replace("_", "-")
-    raise SGLangFlagError("%s is not a flag of SGLang %s%s" % (option, SGLANG_VERSION, hint), value=name)
-
-
-def _convert(spec, item, field):
-    """Return the command-line text for one value, checked the way argparse would check it."""
-    if isinstance(item, bool) or item is None:
-        raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s"
-                              % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
-    if isinstance(item, (dict, list)):
-        if spec["type"] not in ("json.loads", "json_list_type"):
-            raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s"
-                                  % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
-        return json.dumps(item, sort_keys=True)
-    text = str(item)
-    converted = text
-    try:
-        if spec["type"] == "int":
-            converted = int(text)
-        elif spec["type"] == "float":
-            converted = float(text)
-    except ValueError as exc:
-        raise SGLangFlagError("%s: %r is not a valid %s for %s" % (field, item, spec["type"], spec["canonical"]),
-                              field=field, value=item) from exc
-    choices = spec["choices"]
-    if choices is not None and converted not in choices:
-        raise SGLangFlagError("%s: %r is not one of the choices of %s in SGLang %s: %s"
-                              % (field, item, spec["canonical"], SGLANG_VERSION, ", ".join(str(c) for c in choices)),
-                              field=field, value=item)
-    return text
-
-
-def validate_extra_args(mapping):
-    """Turn a user's {"flag-name" or "--flag-name": value} into argv, or raise SGLangFlagError.
-
-    Booleans: True gives the bare flag, False gives nothing (or the --no- form of a flag that has one);
-    lists give several values to flags that take several. Abbreviations are expanded to the flag they
-    match, so the command line keeps its meaning if a later release adds a flag sharing the prefix.
-    Flags the module sets itself are refused with the name of the module option to use instead.
-    """
-    if not mapping:
-        return []
-    if not isinstance(mapping, dict):
-        raise SGLangFlagError("extra_args: must be a mapping of flag names to values, got %r" % (mapping,),
-                              field="extra_args", value=mapping)
-    argv = []
-    seen = {}
-    for key in sorted(mapping, key=str):
-        value = mapping[key]
-        field = "extra_args.%s" % (key,)
-        try:
-            option = resolve_flag(key)
-        except SGLangFlagError as exc:
-            raise SGLangFlagError("%s: %s" % (field, exc), field=field, value=key, candidates=exc.candidates) from exc
-        spec = FLAGS[option]
-        if spec["action"] == "help":
-            raise SGLangFlagError("%s: %s prints help and exits; it cannot be passed to a server" % (field, option),
-                                  field=field, value=key)
-        managed = _managed_option(spec)
-        if managed:
-            raise SGLangFlagError("%s: %s is set by the module; use its %s option instead of extra_args"
-                                  % (field, option, managed), field=field, value=key)
-        if spec["dest"] in seen:
-            raise SGLangFlagError("%s: sets the same SGLang setting as extra_args.%s (%s)"
-                                  % (field, seen[spec["dest"]], spec["canonical"]), field=field, value=key)
-        seen[spec["dest"]] = key
-        argv.extend(_flag_argv(spec, option, value, field))
-    return argv
-
-
-def _flag_argv(spec, option, value, field):
-    if not spec["takes_value"]:
-        if not isinstance(value, bool):
-            raise SGLangFlagError("%s: %s takes no value; give true or false, not %r" % (field, option, value),
-                                  field=field, value=value)
-        if value:
-            return [option] if spec["const"] is not False else [spec["canonical"]]
-        if spec["action"] == "BooleanOptionalAction":
-            negated = "--no-" + spec["canonical"][2:]
-            return [negated] if spec["const"] is not False else []
-        return []
-    nargs = spec["nargs"]
-    if nargs in ("+", "*") or isinstance(nargs, int):
-        items = value if isinstance(value, (list, tuple)) else [value]
-        if nargs == "+" and not items:
-            raise SGLangFlagError("%s: %s needs at least one value" % (field, option), field=field, value=value)
-        if isinstance(nargs, int) and len(items) != nargs:
-            raise SGLangFlagError("%s: %s takes exactly %d values, got %d" % (field, option, nargs, len(items)),
-                                  field=field, value=value)
-        texts = [_convert(spec, item, field) for item in items]
-        for text in texts:
-            if text.startswith("-") and not _is_number(text):
-                raise SGLangFlagError("%s: %r would be read as a flag, not as a value of %s" % (field, text, option),
-                                      field=field, value=value)
-        return [option] + texts
-    if isinstance(value, (list, tuple)):
-        raise SGLangFlagError("%s: %s takes one value, not a list" % (field, option), field=field, value=value)
-    text = _convert(spec, value, field)
-    if text.startswith("-"):
-        return ["%s=%s" % (option, text)]
-    return [option, text]
-
-
-def _is_number(text):
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+@@SPEC_ENUM@@
+@@SPEC_ALIASES@@
+@@SPEC_DOCUMENTED@@
 '''
 
 
@@ -1058,12 +979,13 @@ def main(argv=None):
     try:
         wheel = args.wheel or download_wheel(args.version, args.cache)
         result = extract(wheel)
+        text = render_module(result) if args.write else None
     except ExtractionError as exc:
-        print("extract_sglang_flags: %s" % exc, file=sys.stderr)
+        print("generate_sglang_flags: %s" % exc, file=sys.stderr)
         return 1
     if args.write:
         with open(GENERATED_MODULE, "w", encoding="utf-8") as handle:
-            handle.write(render_module(result))
+            handle.write(text)
         print("wrote %s: %d flags from sglang %s" % (GENERATED_MODULE, len(result["flags"]), result["version"]))
     elif args.json:
         print(json.dumps(result, indent=1, sort_keys=True, default=list))
