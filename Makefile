@@ -58,7 +58,7 @@ bench: collection
 	python tests/bench/wait_clean_latency.py
 
 bench-relaunch: bootstrap
-	python tests/bench/relaunch_vs_manual.py --hosts 1 16
+	python tests/bench/relaunch_vs_manual.py --hosts 1 4 16
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \

@@ -10,7 +10,8 @@ python=$1 port=$2 gpu=$3 model=$4 draft=$5 steps=$6 topk=$7 draft_tokens=$8 log=
 fixed_sleep=${MANUAL_FIXED_SLEEP:-5}
 health_poll=${MANUAL_HEALTH_POLL:-5}
 
-pkill -9 -f -- "sglang.launch_server .*--port $port( |$)"
+# Any SGLang command line on this port (`python -m sglang.launch_server ...` or `sglang serve ...`).
+pkill -9 -f -- "sglang.* --port $port( |$)"
 sleep "$fixed_sleep"
 until "$python" -c "
 import pynvml as n
