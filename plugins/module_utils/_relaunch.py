@@ -491,7 +491,8 @@ class Relaunch:
             return 'nothing'
         if not running:
             return 'start'
-        if self.state == 'restarted':
+        if self.state == 'restarted' or state.get('relaunch'):
+            # An interrupted run may have started this server without verifying it: do it again, whole.
             return 'relaunch'
         if state.get('config_hash') != spec.desired_hash():
             return 'relaunch'
@@ -587,7 +588,8 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
                 supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
                 argv=None, speculative=None, config=None, previous=(old_state or {}).get('previous'),
                 seconds_down=None, seconds_to_ready=None, stopped=None, gpus_clean_after=None, smoke=None,
-                tok_s=None, accept_length=None, rolled_back=False, rollback=None, state_file=spec.instance.state_file)
+                tok_s=None, accept_length=None, rolled_back=False, rollback=None, window=None,
+                state_file=spec.instance.state_file)
 
 
 def public(spec: InstanceSpec, state: dict | None) -> dict:
@@ -662,17 +664,22 @@ class InstanceRun:
         result['diff'] = dict(before=config_text(before), after=config_text(spec.desired),
                               before_header='%s (before)' % spec.name, after_header='%s (after)' % spec.name)
         self.t0 = time.monotonic()
+        result['window'] = dict(start=round(time.time(), 3), end=None)
         try:
             self.replace(spec, old_running, first=True)
             result['result'] = 'relaunched' if old_running else 'started'
+            if result['found']:
+                result['message'] = result['found']
             self.record_good(spec)
         except LaunchError as exc:
             result['message'] = str(exc)
             self.roll_back(spec, old_running)
         if old_running:
             result['seconds_down'] = round(time.monotonic() - self.t0, 2)
-        if self.state and self.state.get('relaunch'):
-            self.state.pop('relaunch')
+        result['window']['end'] = round(time.time(), 3)
+        if self.state:
+            self.state.pop('relaunch', None)
+            self.state['last_window'] = result['window']
             self.write(self.state)
         return result
 

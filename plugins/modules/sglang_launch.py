@@ -357,7 +357,8 @@ instances:
       type: bool
       sample: true
     message:
-      description: Why the instance failed or was rolled back; empty otherwise.
+      description: Why the instance failed or was rolled back, or what an interrupted earlier run had left
+        (RV(instances[].found)); empty otherwise.
       type: str
       sample: ''
     found:
@@ -455,6 +456,11 @@ instances:
       description: The rollback, when one was tried (C(reason), the C(config) rolled back to, C(seconds_to_ready)).
       type: dict
       sample: null
+    window:
+      description: When this task's work on the instance began and ended (seconds since the epoch); null when
+        nothing was done. Also kept in the state file as C(last_window).
+      type: dict
+      sample: {start: 1764558000.125, end: 1764558014.532}
     state_file:
       description: The instance's state file.
       type: str

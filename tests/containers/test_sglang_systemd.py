@@ -81,6 +81,9 @@ def gpu_host(host: str, tmp_path_factory) -> str:
     return host
 
 
+HOST_KEYS = ("state", "state_dir", "rollback", "sglang_version", "gpu_clean_timeout", "max_used_mib", "smoke_prompt")
+
+
 def module(host: str, cwd: Path, args: dict) -> tuple[dict, float]:
     collections = Path(ENV["GPUFLEET_COLLECTIONS_DIR"])
     if not (collections / "ansible_collections/containers/podman/MANIFEST.json").is_file():
@@ -88,9 +91,12 @@ def module(host: str, cwd: Path, args: dict) -> tuple[dict, float]:
     env = dict(ENV)
     env.update(ANSIBLE_COLLECTIONS_PATH=f"{collections}:{ROOT / 'collections'}", ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False")
+    # One instance, given flat: the module's host-level options apart, the rest as its only instance.
+    task = {k: v for k, v in args.items() if k in HOST_KEYS}
+    task["instances"] = [{k: v for k, v in args.items() if k not in HOST_KEYS}]
     argv = [tc._ansible_bin(), "all", "-i", f"{host},", "-o",
             "-e", "ansible_connection=containers.podman.podman", "-e", f"ansible_python_interpreter={PY}",
-            "-m", "gpufleet.sglang.sglang_launch", "-a", json.dumps(args)]
+            "-m", "gpufleet.sglang.sglang_launch", "-a", json.dumps(task)]
     t0 = time.monotonic()
     out = _run(argv, timeout=300, env=env, cwd=cwd)  # cwd away from the repository's ansible.cfg
     elapsed = round(time.monotonic() - t0, 2)
@@ -98,8 +104,10 @@ def module(host: str, cwd: Path, args: dict) -> tuple[dict, float]:
         match = _ONELINE.match(line)
         if match:
             result = json.loads(match.group(3))
-            result.setdefault("failed", "FAILED" in match.group(2))
-            return result, elapsed
+            merged = dict((result.get("instances") or [{}])[0])
+            merged.update((k, v) for k, v in result.items() if k != "instances")
+            merged.setdefault("failed", "FAILED" in match.group(2))
+            return merged, elapsed
     raise AssertionError(f"no module result in ansible output:\n{out.stdout}\n{out.stderr}")
 
 

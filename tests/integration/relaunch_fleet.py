@@ -48,8 +48,27 @@ def write_inventory(path: Path, fleet: dict) -> Path:
 
 
 def run(inventory: Path, playbook: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    # Deprecation warnings on: a playbook of the collection must print none (see warnings()).
     return subprocess.run(['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / playbook)] + list(args),
-                          env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
+                          env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True'), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def warnings(out: subprocess.CompletedProcess) -> list[str]:
+    """The [WARNING] and [DEPRECATION WARNING] lines of a run (there must be none)."""
+    return [line for line in (out.stdout + out.stderr).splitlines()
+            if '[WARNING]' in line or '[DEPRECATION WARNING]' in line]
+
+
+def windows(fleet_vars: dict) -> dict:
+    """instance state file -> the window (start, end, seconds since the epoch) of the last relaunch."""
+    found = {}
+    for hvars in fleet_vars.values():
+        names = [i['name'] for i in hvars.get('sglang_server_instances') or []] or [hvars.get('sglang_server_name', 'default')]
+        for name in names:
+            path = Path(hvars['sglang_server_state_dir']) / ('%s.json' % name)
+            found[str(path)] = json.loads(path.read_text())['last_window']
+    return found
 
 
 def recap(out: str) -> dict:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from relaunch_fleet import host_vars, recap, run, server_pid, state, stop_all, table, write_inventory
+from relaunch_fleet import (
+    PLAYBOOKS, free_port, host_vars, recap, run, server_pid, state, stop_all, table, warnings, windows, write_inventory,
+)
+from simfleet import alive, ansible_env, wait_for
 
 
 @pytest.fixture
@@ -88,3 +95,110 @@ def test_preflight_failure_stops_the_play_before_any_server_is_touched(fleet):
         assert all(c['failed'] == 1 and c['changed'] == 0 for c in recap(out.stdout).values()), recap(out.stdout)
         assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
         assert all(steps_running(v) == 2 for v in fleet['vars'].values())
+
+
+def overlap(spans: list) -> bool:
+    """Every window overlaps every other: the last one started before the first one ended."""
+    return max(w['start'] for w in spans) < min(w['end'] for w in spans)
+
+
+def test_a_batch_of_four_hosts_is_relaunched_together(make_host, tmp_path):
+    hosts = [make_host('node-%d' % n, gpu_count=1) for n in range(4)]
+    for host in hosts:
+        (host.state_dir / 'simsglang.json').write_text(json.dumps(dict(startup_seconds=2.0)))
+    inventory = write_inventory(tmp_path / 'inventory.json', dict((h.name, host_vars(h)) for h in hosts))
+    fleet_vars = json.loads(inventory.read_text())['gpu_servers']['hosts']
+    try:
+        first = run(inventory, 'relaunch.yml', '-e', 'batch=4')
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+        out = run(inventory, 'relaunch.yml', '-e', 'steps=3', '-e', 'batch=4')
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+        assert warnings(first) == [] and warnings(out) == [], warnings(first) + warnings(out)
+        spans = list(windows(fleet_vars).values())
+        assert len(spans) == 4 and all(steps_running(v) == 3 for v in fleet_vars.values())
+        # One after the other, each window would end before the next starts (round one: 6.3 s apart).
+        assert overlap(spans), spans
+    finally:
+        stop_all(inventory)
+
+
+def test_instances_of_a_host_are_relaunched_together_and_may_not_share_a_gpu(make_host, tmp_path):
+    host = make_host('node-8', gpu_count=2)
+    (host.state_dir / 'simsglang.json').write_text(json.dumps(dict(startup_seconds=2.0)))
+    instances = [dict(name='left', gpus=['0'], port=free_port()), dict(name='right', gpus=['1'], port=free_port())]
+    inventory = write_inventory(tmp_path / 'inventory.json', {host.name: host_vars(host, sglang_server_instances=instances)})
+    fleet_vars = json.loads(inventory.read_text())['gpu_servers']['hosts']
+    try:
+        first = run(inventory, 'relaunch.yml')
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+        out = run(inventory, 'relaunch.yml', '-e', 'steps=3')
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+        rows = table(out.stdout)
+        assert [r.split()[1] for r in rows[1:]] == ['left', 'right'] and all(r.endswith('relaunched') for r in rows[1:]), rows
+        assert overlap(list(windows(fleet_vars).values())), windows(fleet_vars)
+
+        shared = [dict(instances[0]), dict(instances[1], gpus=['0'])]
+        before = dict((str(p), json.loads(Path(p).read_text())['pid']) for p in windows(fleet_vars))
+        bad = write_inventory(tmp_path / 'shared.json', {host.name: host_vars(host, sglang_server_instances=shared)})
+        refused = run(bad, 'relaunch.yml', '-e', 'steps=2')
+        assert refused.returncode != 0
+        assert 'instance right: gpus: [\'0\'] shares GPU(s) 0 with instance left' in refused.stdout, refused.stdout[-3000:]
+        assert 'Relaunch the fleet, rolling' not in refused.stdout
+        assert dict((p, json.loads(Path(p).read_text())['pid']) for p in before) == before
+    finally:
+        stop_all(inventory)
+
+
+def test_check_mode_shows_what_would_be_relaunched_and_touches_nothing(fleet):
+    before = start(fleet)
+    out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3', '--check', '--diff', *BATCH)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+    assert warnings(out) == [], warnings(out)
+    rows = table(out.stdout)
+    for name in fleet['vars']:
+        row = next(r for r in rows if r.startswith(name))
+        assert 'EAGLE 2/1/3' in row and 'EAGLE 3/1/4' in row and row.endswith('would relaunch'), rows
+    assert '-  num_steps: 2' in out.stdout and '+  num_steps: 3' in out.stdout
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
+    assert all(steps_running(v) == 2 for v in fleet['vars'].values())
+
+
+def test_an_unchanged_relaunch_is_a_fast_path_without_generation(fleet):
+    before = start(fleet)
+    out = run(fleet['inventory'], 'relaunch.yml', *BATCH)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+    rows = table(out.stdout)
+    # Unchanged: no smoke generation (no TOK/S, no ACCEPT), no stop, the same server.
+    assert all(r.endswith('unchanged') and r.split()[-3:-1] == ['-', '-'] for r in rows[1:]), rows
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
+
+
+def test_an_interrupted_relaunch_blocks_nothing_and_the_rerun_brings_the_instance_back(make_host, tmp_path):
+    host = make_host('node-i', gpu_count=1)
+    inventory = write_inventory(tmp_path / 'inventory.json', {host.name: host_vars(host)})
+    hvars = json.loads(inventory.read_text())['gpu_servers']['hosts'][host.name]
+    try:
+        first = run(inventory, 'relaunch.yml')
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+        old = server_pid(hvars)
+        host.set('release_delay_ms', 60000)  # the GPU stays dirty: the run waits there, and is interrupted there
+        proc = subprocess.Popen(['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / 'relaunch.yml'), '-e', 'steps=3'],
+                                env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            wait_for(lambda: (state(hvars).get('relaunch') or {}).get('phase') == 'wait for clean GPUs', timeout=120,
+                     what='the relaunch to wait for clean GPUs')
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+            proc.communicate(timeout=60)
+        assert not alive(old) and server_pid(hvars) is None
+        host.set('release_delay_ms', 300)
+        again = run(inventory, 'relaunch.yml', '-e', 'steps=3')
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr
+        rows = table(again.stdout)
+        assert rows[1].endswith('started'), rows
+        assert any('an interrupted relaunch' in r and 'had left the instance stopped' in r for r in rows), rows
+        assert steps_running(hvars) == 3 and server_pid(hvars) and 'relaunch' not in state(hvars)
+        assert state(hvars)['last_good']['params']['speculative']['num_steps'] == 3
+    finally:
+        stop_all(inventory)
