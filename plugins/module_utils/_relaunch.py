@@ -361,6 +361,8 @@ class Relaunch:
         self.states: dict = {}
         self.supervisors: dict = {}
         self.found: dict = {}
+        self.seconds_validate = 0.0
+        self.nvml: LockedNvml | None = None
 
     # ------------------------------------------------------------ validation
 
@@ -514,7 +516,9 @@ class Relaunch:
 
     def run(self) -> dict:
         """Validate, then plan (check mode) or act; the module's result."""
+        started = time.monotonic()
         self.validate()
+        self.seconds_validate = round(time.monotonic() - started, 3)
         lock = HostLock(self.state_dir)
         if self.check_mode:
             if os.path.isdir(self.state_dir):
@@ -566,7 +570,8 @@ class Relaunch:
         return result
 
     def finish(self, results: list) -> dict:
-        out = dict(changed=any(r.get('changed') for r in results), instances=results)
+        out = dict(changed=any(r.get('changed') for r in results), instances=results,
+                   seconds_validate=self.seconds_validate)
         bad = [r for r in results if r.get('result') in ('failed', 'rolled back')]
         if self.want_diff:
             out['diff'] = [r.pop('diff') for r in results if r.get('diff') is not None]
@@ -588,7 +593,7 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
                 supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
                 argv=None, speculative=None, config=None, previous=(old_state or {}).get('previous'),
                 seconds_down=None, seconds_to_ready=None, stopped=None, gpus_clean_after=None, smoke=None,
-                tok_s=None, accept_length=None, rolled_back=False, rollback=None, window=None,
+                tok_s=None, accept_length=None, rolled_back=False, rollback=None, window=None, phases={},
                 state_file=spec.instance.state_file)
 
 
@@ -630,12 +635,23 @@ class InstanceRun:
         self.params = relaunch.params
         self.result: dict = {}
         self.t0 = 0.0
+        self.phase: str | None = None
+        self.phase_t = 0.0
 
     def write(self, state: dict) -> None:
         self.instance.write(state)
 
+    def clock(self, phase: str | None) -> None:
+        """Add the time since the last phase began to that phase (the result's ``phases``)."""
+        t = time.monotonic()
+        if self.phase:
+            phases = self.result.setdefault('phases', {})
+            phases[self.phase] = round(phases.get(self.phase, 0.0) + t - self.phase_t, 3)
+        self.phase, self.phase_t = phase, t
+
     def mark(self, phase: str) -> None:
         """The relaunch marker in the state: a run that dies mid-way leaves it for the next to report."""
+        self.clock(phase)
         if self.state is None:
             self.state = dict(name=self.spec.name)
         marker = self.state.get('relaunch') or dict(pid=os.getpid(), started=now())
@@ -672,8 +688,10 @@ class InstanceRun:
                 result['message'] = result['found']
             self.record_good(spec)
         except LaunchError as exc:
+            self.clock('rollback')
             result['message'] = str(exc)
             self.roll_back(spec, old_running)
+            self.clock(None)
         if old_running:
             result['seconds_down'] = round(time.monotonic() - self.t0, 2)
         result['window']['end'] = round(time.time(), 3)
@@ -739,8 +757,11 @@ class InstanceRun:
         new_state = self.start(spec)
         self.old = self.relaunch.new_supervisor(spec)
         result.update(public(spec, new_state))
+        self.clock('verify')
         self.verify(spec, new_state)
+        self.clock('smoke')
         self.gate_smoke(spec, new_state)
+        self.clock(None)
 
     def wait_clean(self, indexes: list) -> float | None:
         if not indexes:

@@ -1,5 +1,5 @@
-"""The demo: install SGLang on a simulated fleet of four GPU hosts, relaunch it with three speculative
-steps, then two, and show the fleet, with the same playbooks a user runs against real hosts.
+"""The demo: install SGLang on a simulated fleet of four GPU hosts, relaunch the four hosts together with
+three speculative steps, then two, and show the fleet, with the same playbooks a user runs against real hosts.
 
   node-a  8 x H200, two TP-4 servers (instances "left" on GPUs 0-3 and "right" on GPUs 4-7)
   node-b  4 x H200, one TP-2 server
@@ -14,6 +14,7 @@ end every instance is stopped and the demo checks that no process of the fleet i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,9 +53,26 @@ def fleet_processes(root: Path) -> list[str]:
 def step(title: str, command: list[str]) -> int:
     print('\n### %s\n$ %s' % (title, ' '.join(command)), flush=True)
     start = time.monotonic()
-    rc = subprocess.run(command, env=ansible_env(), check=False).returncode
+    # Deprecation warnings on: the collection's playbooks must print none (tests/integration/test_demo.py).
+    rc = subprocess.run(command, env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True'), check=False).returncode
     print('### %s: exit %d after %.1fs' % (title, rc, time.monotonic() - start), flush=True)
     return rc
+
+
+def show_windows(fleet: dict) -> None:
+    """When each instance's relaunch began and ended (sglang_launch keeps it in the state): together, not in turn."""
+    spans = {}
+    for host, hvars in sorted(fleet.items()):
+        names = [i['name'] for i in hvars.get('sglang_server_instances') or []] or [hvars['sglang_server_name']]
+        for name in names:
+            state = json.loads((Path(hvars['sglang_server_state_dir']) / ('%s.json' % name)).read_text())
+            spans['%s/%s' % (host, name)] = state['last_window']
+    first = min(w['start'] for w in spans.values())
+    print('relaunch windows, seconds after the first one began:')
+    for name, window in spans.items():
+        print('  %-14s %5.1f -> %5.1f' % (name, window['start'] - first, window['end'] - first))
+    print('every window overlaps every other: %s' % (max(w['start'] for w in spans.values())
+                                                     < min(w['end'] for w in spans.values())), flush=True)
 
 
 def main() -> int:
@@ -81,8 +99,7 @@ def main() -> int:
             sglang_server_environment=dict(SIMGPU_STATE_DIR=str(host.state_dir)),
             sglang_server_state_dir=str(host.state_dir / 'sglang'), sglang_server_supervisor='process',
             sglang_server_model_path='meta-llama/Llama-3.1-8B-Instruct', sglang_server_served_model_name='llama',
-            sglang_server_speculative=dict(SPECULATIVE), sglang_server_ready_poll_interval=0.2,
-            sglang_server_stop_timeout=10, sglang_server_smoke_max_tokens=64,
+            sglang_server_speculative=dict(SPECULATIVE), sglang_server_stop_timeout=10,
             sglang_server_name='llama', sglang_server_port=free_port(), sglang_server_gpus=['0', '1'],
         )
     fleet['node-a'].update(sglang_server_instances=[
@@ -95,8 +112,11 @@ def main() -> int:
     rc = 0
     try:
         rc = rc or step('install SGLang on the fleet', base + [str(playbook / 'install.yml'), '-e', 'batch=4'])
-        rc = rc or step('relaunch with three speculative steps', base + [str(playbook / 'relaunch.yml'), '-e', 'steps=3', '-e', 'batch=2'])
-        rc = rc or step('relaunch with two speculative steps', base + [str(playbook / 'relaunch.yml'), '-e', 'steps=2', '-e', 'batch=2'])
+        for steps in (3, 2):
+            rc = rc or step('relaunch the four hosts together with %d speculative steps' % steps,
+                            base + [str(playbook / 'relaunch.yml'), '-e', 'steps=%d' % steps, '-e', 'batch=4'])
+            if not rc:
+                show_windows(fleet)
         rc = rc or step('the fleet now', base + [str(playbook / 'status.yml')])
     finally:
         stop_rc = step('stop every instance', base + [str(playbook / 'stop.yml')])
