@@ -25,6 +25,12 @@ def test_still_serves_two_steps(host):
     fleet_checks.assert_serving(host, steps=2, draft_tokens=3)
 
 
-def test_no_relaunch_left_marked(host):
-    # A marker left behind would make the next relaunch refuse this host as "relaunch in progress".
-    assert not host.file("/var/lib/gpufleet-sglang/relaunch.marker").exists
+def test_no_relaunch_left_marked_and_the_host_lock_is_free(host):
+    # A refused run leaves no relaunch marker in the instance's state, and nobody holds the host lock
+    # (a held lock would make the next relaunch refuse this host).
+    state = json.loads(host.file("/var/lib/gpufleet-sglang/fleet.json").content_string)
+    assert "relaunch" not in state, state
+    lock = "/var/lib/gpufleet-sglang/relaunch.lock"
+    probe = host.run("python3 -c 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+                     "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)' %s" % lock)
+    assert probe.rc == 0, probe.stderr
