@@ -14,7 +14,7 @@ import pytest
 from relaunch_fleet import recap, run
 from simfleet import alive
 
-PLAYBOOKS = ['install.yml', 'status.yml', 'stop.yml', 'reset.yml']
+PLAYBOOKS = ['install.yml', 'status.yml', 'stop.yml', 'reset.yml', 'relaunch.yml']
 
 
 @pytest.fixture
