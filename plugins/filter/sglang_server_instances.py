@@ -64,7 +64,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative impor
 LAUNCH_KEYS = ('name', 'model_path', 'served_model_name', 'host', 'port', 'gpus', 'tp_size', 'python', 'speculative',
                'strict', 'extra_args', 'environment', 'api_key', 'supervisor', 'ready_timeout', 'ready_poll_interval',
                'stop_timeout', 'run_as', 'enable_metrics', 'log_level', 'log_file', 'ready_check', 'smoke_min_tok_s',
-               'smoke_min_accept_length')
+               'smoke_min_accept_length', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')
 SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')

@@ -20,6 +20,7 @@ import datetime
 import errno
 import fcntl
 import json
+import math
 import os
 import pwd
 import re
@@ -29,21 +30,30 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import SECRET_FLAGS, Instance, speculative_of
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
     LAUNCH_MODULE, READY_PATHS, SERVER_PATH, LaunchError, base_url, config_hash, config_text, ensure_private_dir,
-    http_request, mask_argv, port_holders, probe_host, remove, secret_config, tail, write_private,
+    http_request, mask_argv, mask_text, port_holders, probe_host, remove, secret_config, tail, write_private,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
 
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
+# A bare address or host name: no user part, no path, nothing a URL would read as another host.
+HOST_RE = re.compile(r'^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|\[[0-9A-Fa-f:.]+\])$')
+CONTROL_RE = re.compile(r'[\x00-\x1f\x7f]')
+# Environment variable names that hold secrets: they belong in secret_environment, which is never shown.
+SECRET_ENV_RE = re.compile(r'(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY)', re.I)
+# Module option -> the SGLang flag it sets, for the secrets that go through the private --config file.
+SECRET_OPTIONS = (('api_key', 'api-key'), ('admin_api_key', 'admin-api-key'), ('ssl_keyfile_password', 'ssl-keyfile-password'))
 ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')
 LOCK_NAME = 'relaunch.lock'
 TIMEOUT_FIELDS = ('ready_timeout', 'ready_poll_interval', 'stop_timeout')
+SECRET_PARAMS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
+GPU_RE = re.compile(r'^(?:[0-9]{1,3}|(?:GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$')
 # What a row of the relaunch summary says about an instance (see the relaunch_table filter).
 RESULTS = ('unchanged', 'started', 'relaunched', 'stopped', 'rolled back', 'failed')
 
@@ -73,7 +83,8 @@ class InstanceSpec:
         self.name = params['name']
         self.instance = Instance(self.name, state_dir)
         self.log_file = params.get('log_file') or self.instance.default_log_file
-        self.secrets = [params['api_key']] if params.get('api_key') else []
+        self.secret_flags = dict((flag, params[option]) for option, flag in SECRET_OPTIONS if params.get(option))
+        self.secrets = list(self.secret_flags.values()) + [str(v) for v in (params.get('secret_environment') or {}).values()]
         self.env: dict = {}
         self.argv: list = []
         self.desired: dict = {}
@@ -90,14 +101,29 @@ class InstanceSpec:
     def api_key(self) -> str | None:
         return self.params.get('api_key') or None
 
+    def mask(self, text: str) -> str:
+        return mask_text(text, self.secrets)
+
     def validate_basics(self, state: str) -> None:
         params = self.params
         if not NAME_RE.match(self.name):
             raise SpecError('name: %r is not allowed; use up to 64 letters, digits, ".", "_" and "-", starting with a '
                             'letter or digit' % self.name)
         for field in TIMEOUT_FIELDS:
-            if params[field] <= 0:
-                raise self.error('%s: %s is out of range; it must be more than 0 seconds' % (field, params[field]))
+            if not math.isfinite(params[field]) or params[field] <= 0:
+                raise self.error('%s: %s is out of range; it must be a finite number of seconds above 0'
+                                 % (field, params[field]))
+        for field in ('model_path', 'served_model_name', 'host', 'python', 'log_file', 'run_as', 'log_level'):
+            if params.get(field) and CONTROL_RE.search(str(params[field])):
+                raise self.error('%s: %r contains a control character (newline, NUL, ...)' % (field, params[field]))
+        for option, flag in SECRET_OPTIONS:
+            value = params.get(option)
+            if value and (CONTROL_RE.search(value) or not value.isascii()):
+                # It travels in an HTTP header (latin-1) and a YAML line: refuse it here, not after the stop.
+                raise self.error('%s: the value contains a control or non-ASCII character' % option)
+        log_file = params.get('log_file')
+        if log_file and os.path.islink(log_file):
+            raise self.error('log_file: %s is a symbolic link; give the file itself' % log_file)
         if params['smoke_max_tokens'] < 0:
             raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more'
                              % params['smoke_max_tokens'])
@@ -113,15 +139,35 @@ class InstanceSpec:
             return
         if not params['model_path'] or not params['model_path'].strip():
             raise self.error('model_path: is required when state is %s' % state)
+        spec = params['speculative'] or {}
+        for field, value in (('model_path', params['model_path']), ('speculative.draft_model_path', spec.get('draft_model_path'))):
+            self.validate_model_path(field, value)
         if not 1 <= params['port'] <= 65535:
             raise self.error('port: %s is out of range; it must be 1-65535' % params['port'])
-        if not params['host'] or any(c.isspace() for c in params['host']):
-            raise self.error('host: %r is not an address' % params['host'])
+        if not params['host'] or not HOST_RE.match(params['host']):
+            raise self.error('host: %r is not a bare address or host name' % params['host'])
+        for selector in params['gpus']:
+            if not GPU_RE.match(str(selector)):
+                raise self.error('gpus: %r is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-...)' % selector)
         python = python_binary(params['python'])
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise self.error('python: %r is not an executable Python interpreter nor a virtual environment with '
                              'bin/python (install SGLang with the gpufleet.sglang.sglang_install role)' % params['python'])
         self.python = python
+
+    def validate_model_path(self, field: str, value: str | None) -> None:
+        if not value:
+            return
+        if CONTROL_RE.search(value):
+            raise self.error('%s: %r contains a control character' % (field, value))
+        if value.startswith('-'):
+            raise self.error('%s: %r starts with "-": SGLang would read it as a flag' % (field, value))
+        # A local path (absolute, ./, ../ or ~) must be there now: SGLang finds out only while loading,
+        # after the old server is gone. Anything else is a model name for the hub.
+        if value.startswith(('/', './', '../', '~')):
+            path = os.path.expanduser(value)
+            if not os.path.isdir(path):
+                raise self.error('%s: %s does not exist on this host (or is not a directory)' % (field, value))
 
     def validate(self, nvml: Nvml) -> None:
         """Everything that can be known before touching anything (state started or restarted)."""
@@ -132,17 +178,24 @@ class InstanceSpec:
         self.build(extra_argv)
 
     def validate_environment(self) -> None:
-        for key, value in sorted(self.params['environment'].items()):
-            if not ENV_NAME_RE.match(str(key)):
-                raise self.error('environment: %r is not a valid environment variable name' % key)
-            if key in RESERVED_ENV:
-                raise self.error('environment.%s: is set by the module from the gpus option; give the GPUs there' % key)
-            if isinstance(value, (dict, list)) or value is None:
-                raise self.error('environment.%s: the value is not a string (a %s)' % (key, type(value).__name__))
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            if '\0' in text or '\n' in text:
-                raise self.error('environment.%s: the value contains a NUL or newline character' % key)
-            self.env[key] = text
+        secret = self.params.get('secret_environment') or {}
+        for option, mapping in (('environment', self.params['environment']), ('secret_environment', secret)):
+            for key, value in sorted(mapping.items()):
+                if not ENV_NAME_RE.match(str(key)):
+                    raise self.error('%s: %r is not a valid environment variable name' % (option, key))
+                if key in RESERVED_ENV:
+                    raise self.error('%s.%s: is set by the module from the gpus option; give the GPUs there' % (option, key))
+                if option == 'environment' and SECRET_ENV_RE.search(key):
+                    raise self.error('environment.%s: looks like a secret; give it in secret_environment, whose values '
+                                     'are never logged, returned or shown' % key)
+                if option == 'secret_environment' and key in self.params['environment']:
+                    raise self.error('secret_environment.%s: is also in environment' % key)
+                if isinstance(value, (dict, list)) or value is None:
+                    raise self.error('%s.%s: the value is not a string (a %s)' % (option, key, type(value).__name__))
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                if '\0' in text or '\n' in text or '\r' in text:
+                    raise self.error('%s.%s: the value contains a NUL or line break' % (option, key))
+                self.env[key] = text
 
     def validate_extra_args(self) -> list:
         extra = self.params['extra_args']
@@ -158,9 +211,9 @@ class InstanceSpec:
             argv = validate_extra_args(extra)
         except SGLangFlagError as exc:
             raise self.error(str(exc)) from None
-        for index, item in enumerate(argv[:-1]):
-            if item in SECRET_FLAGS:
-                self.secrets.append(argv[index + 1])
+        for item in argv:
+            if CONTROL_RE.search(item):
+                raise self.error('extra_args: %r contains a control character' % item)
         return argv
 
     def validate_gpus(self, nvml: Nvml) -> None:
@@ -233,7 +286,7 @@ class InstanceSpec:
             argv.append('--enable-metrics')
         if params['log_level']:
             argv += ['--log-level', params['log_level']]
-        if self.api_key:
+        if self.secret_flags:
             argv += ['--config', self.instance.secret_file]
         argv += extra_argv
         self.argv = argv
@@ -251,6 +304,7 @@ class InstanceSpec:
                                                     'num_draft_tokens', 'max_running_requests')),
             extra_args=extra_argv, environment=sorted(self.env), python=self.python, run_as=params['run_as'],
             log_file=self.log_file, supervisor=None, api_key='set' if self.api_key else None,
+            secrets=sorted(self.secret_flags) + sorted(self.params.get('secret_environment') or {}),
             enable_metrics=params['enable_metrics'], log_level=params['log_level'],
         )
 
@@ -270,7 +324,7 @@ class InstanceSpec:
 
     def good_params(self) -> dict:
         """What the state keeps to launch this configuration again: everything but the API key."""
-        return dict((k, v) for k, v in self.params.items() if k != 'api_key')
+        return dict((k, v) for k, v in self.params.items() if k not in SECRET_PARAMS)
 
 
 # ---------------------------------------------------------------- the host lock
@@ -377,8 +431,12 @@ class Relaunch:
             seen[spec.name] = index
             spec.validate_basics(self.state)
         for field in ('gpu_clean_timeout',):
-            if self.params[field] <= 0:
-                raise SpecError('%s: %s is out of range; it must be more than 0 seconds' % (field, self.params[field]))
+            if not math.isfinite(self.params[field]) or self.params[field] <= 0:
+                raise SpecError('%s: %s is out of range; it must be a finite number of seconds above 0' % (field, self.params[field]))
+        if os.path.islink(self.state_dir):
+            raise SpecError('state_dir: %s is a symbolic link; give the directory itself' % self.state_dir)
+        if CONTROL_RE.search(self.state_dir):
+            raise SpecError('state_dir: %r contains a control character (newline, NUL, ...)' % self.state_dir)
         if self.params['max_used_mib'] < 0:
             raise SpecError('max_used_mib: %s is out of range; it must be at least 0' % self.params['max_used_mib'])
         self.read_states()
@@ -720,6 +778,8 @@ class InstanceRun:
         result['pid'] = None
         state.pop('relaunch', None)
         self.write(state)
+        # Nothing reads it until the next start, which writes it again.
+        remove(self.instance.secret_file)
         result['diff'] = dict(before=config_text(state.get('config')), after='',
                               before_header='%s (running)' % self.spec.name, after_header='%s (stopped)' % self.spec.name)
         return result
@@ -778,8 +838,8 @@ class InstanceRun:
         if spec.params['run_as']:
             entry = pwd.getpwnam(spec.params['run_as'])
             uid, gid = entry.pw_uid, entry.pw_gid
-        if spec.api_key:
-            write_private(self.instance.secret_file, secret_config(spec.api_key), uid, gid)
+        if spec.secret_flags:
+            write_private(self.instance.secret_file, secret_config(spec.secret_flags), uid, gid)
         else:
             remove(self.instance.secret_file)
 
@@ -795,7 +855,7 @@ class InstanceRun:
                      stop_timeout=params['stop_timeout'], last_good=old.get('last_good'), relaunch=old.get('relaunch'))
         start = time.monotonic()
         alive = supervisor.start(state, spec.argv, spec.env, spec.log_file, params['run_as'], params['stop_timeout'],
-                                 self.instance.env_file, self.instance.secret_file if spec.api_key else None)
+                                 self.instance.env_file, self.instance.secret_file if spec.secret_flags else None)
         # Recorded at once: a failure from here on still leaves a state that the next run can stop.
         self.state = state
         self.mark('wait until ready')
@@ -825,20 +885,21 @@ class InstanceRun:
                 exit_text = supervisor.describe_exit(state)
                 self.stop_new(supervisor, state, spec)
                 raise LaunchError('the SGLang server %s exited during startup (%s); last lines of %s:\n%s'
-                                  % (spec.name, exit_text, spec.log_file, tail(spec.log_file)))
+                                  % (spec.name, exit_text, spec.log_file, spec.mask(tail(spec.log_file))))
             if time.monotonic() >= deadline:
                 self.stop_new(supervisor, state, spec)
                 raise LaunchError('ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); '
                                   'it was stopped. Last lines of %s:\n%s'
-                                  % (spec.name, path, params['ready_timeout'], status, body[:200], spec.log_file,
-                                     tail(spec.log_file)))
+                                  % (spec.name, path, params['ready_timeout'], status, spec.mask(body[:200]), spec.log_file,
+                                     spec.mask(tail(spec.log_file))))
             time.sleep(params['ready_poll_interval'])
 
     def verify(self, spec: InstanceSpec, state: dict) -> None:
         """Fail when SGLang runs other speculative parameters than predicted."""
         status, info, body = self.instance.server_info(state, spec.api_key)
         if info is None:
-            raise LaunchError('the server %s serves, but GET /server_info answered %s: %s' % (spec.name, status, body[:200]))
+            raise LaunchError('the server %s serves, but GET /server_info answered %s: %s'
+                              % (spec.name, status, spec.mask(body[:200])))
         running = speculative_of(info)
         self.result['speculative']['running'] = running
         differ = []
@@ -864,7 +925,7 @@ class InstanceRun:
                                     timeout=max(60.0, params['ready_poll_interval']))
         self.result.update(smoke=smoke, tok_s=smoke['tok_s'], accept_length=smoke['accept_length'])
         if not smoke['ok']:
-            raise LaunchError('the smoke generation of %s failed: %s' % (spec.name, smoke['error']))
+            raise LaunchError('the smoke generation of %s failed: %s' % (spec.name, spec.mask(smoke['error'])))
         low = []
         if params['smoke_min_tok_s'] is not None and (smoke['tok_s'] or 0) < params['smoke_min_tok_s']:
             low.append('%s tok/s, under smoke_min_tok_s %s' % (smoke['tok_s'], params['smoke_min_tok_s']))
@@ -899,7 +960,7 @@ class InstanceRun:
             result['message'] = reason + '; the last known good configuration is this very one'
             return
         params = dict(good['params'])
-        params['api_key'] = spec.params.get('api_key')
+        params.update((key, spec.params.get(key)) for key in SECRET_PARAMS)
         good_spec = InstanceSpec(params, self.relaunch.state_dir)
         try:
             good_spec.validate_basics('started')

@@ -72,6 +72,9 @@ MANAGED_FLAGS = {
     "--port": "port",
     "--tp-size": "tp_size",
     "--api-key": "api_key",
+    # Secrets reach SGLang only through the private --config file, never through argv.
+    "--admin-api-key": "admin_api_key",
+    "--ssl-keyfile-password": "ssl_keyfile_password",
     "--enable-metrics": "enable_metrics",
     "--log-level": "log_level",
     "--speculative-algorithm": "speculative.algorithm",

@@ -106,9 +106,21 @@ def yaml_scalar(value: str) -> str:
     return json.dumps(value)
 
 
-def secret_config(api_key: str) -> str:
-    """The YAML file SGLang reads with --config (it turns the keys into flags, before the real argv)."""
-    return '# Written by gpufleet.sglang.sglang_launch; private to the server.\napi-key: %s\n' % yaml_scalar(api_key)
+def secret_config(flags: dict) -> str:
+    """The YAML file SGLang reads with --config (it turns the keys into flags, before the real argv).
+
+    ``flags`` maps flag names without dashes (``api-key``) to their secret values.
+    """
+    lines = ['# Written by gpufleet.sglang.sglang_launch; private to the server.']
+    lines.extend('%s: %s' % (flag, yaml_scalar(flags[flag])) for flag in sorted(flags))
+    return '\n'.join(lines) + '\n'
+
+
+def mask_text(text: str, secrets: list) -> str:
+    """``text`` with every secret replaced (a log tail, a message)."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
 
 
 def config_hash(config: dict) -> str:
@@ -260,9 +272,16 @@ def process_alive(state: dict) -> bool:
     return bool(pid) and not is_gone((pid, starttime))
 
 
+def open_log(log_file: str) -> int:
+    """The server's log, for appending, private to root (SGLang logs its arguments; some hold secrets)."""
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
 def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
     """Start the server in a session of its own; return the Popen and its ProcessInfo."""
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    fd = open_log(log_file)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,  # pylint: disable=consider-using-with
                                 cwd='/', close_fds=True, start_new_session=True, user=user)

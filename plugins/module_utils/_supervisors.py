@@ -20,7 +20,7 @@ import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    LaunchError, env_file_text, process_alive, session_members, start_process, stop_process, unit_text, write_private,
+    LaunchError, env_file_text, open_log, process_alive, session_members, start_process, stop_process, unit_text, write_private,
 )
 
 UNIT_DIR = '/etc/systemd/system'
@@ -157,6 +157,8 @@ class SystemdSupervisor(Supervisor):
 
     def start(self, state, argv, env, log_file, run_as, stop_timeout, env_file, secret_file):
         write_private(env_file, env_file_text(env))
+        # systemd appends to it as root; created here so that it is private from the first line on.
+        os.close(open_log(log_file))
         text = unit_text(state['name'], argv, env_file, log_file, run_as, stop_timeout, secret_file)
         if write_private(self.unit_file, text, mode=0o644):
             Systemctl.check('daemon-reload')

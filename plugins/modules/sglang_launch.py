@@ -75,6 +75,8 @@ options:
       model_path:
         description:
           - C(--model-path), a local directory or a model name. Required unless O(state=stopped).
+          - A local path (starting with C(/), C(./), C(../) or C(~)) must exist on the host, for the model and
+            for the draft model alike: SGLang itself finds out only while loading, after the old server is gone.
           - When it is a directory with a C(config.json), its architecture tells which speculative
             defaults SGLang picks and whether the model carries its own draft (MTP) layer.
         type: str
@@ -142,7 +144,9 @@ options:
           - Further SGLang flags, as a mapping of flag names (with or without C(--)) to values. V(true)
             gives a bare flag, V(false) leaves it out, a list gives several values.
           - Every flag must exist in SGLang 0.5.23 and be unambiguous there, with a valid value; flags
-            this module sets through its own options (and C(--config)) are refused with the option to use.
+            this module sets through its own options (and C(--config)) are refused with the option to use. So are
+            the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)): they have options of their
+            own that keep them off the command line.
         type: dict
         default: {}
       environment:
@@ -150,7 +154,7 @@ options:
           - Environment variables of the server, such as C(NCCL_*), C(SGLANG_*), C(HF_HOME) or C(PYTHONPATH).
           - The server does not inherit Ansible's environment, under either supervisor. C(PATH) defaults to
             the system path. C(CUDA_VISIBLE_DEVICES) and C(CUDA_DEVICE_ORDER) come from O(instances[].gpus)
-            and are refused here.
+            and are refused here, and so are names that look like secrets (see O(instances[].secret_environment)).
           - Values are kept in files only root can read, never in the unit file.
         type: dict
         default: {}
@@ -176,6 +180,24 @@ options:
             YAML file that SGLang reads with C(--config), owned by the server's user with mode C(0600),
             and is never returned, logged or put in the unit file.
         type: str
+      admin_api_key:
+        description:
+          - C(--admin-api-key), the key of SGLang's admin endpoints. Like O(instances[].api_key), it reaches SGLang
+            only through the private C(--config) file and is never returned, logged or shown.
+        type: str
+      ssl_keyfile_password:
+        description:
+          - C(--ssl-keyfile-password), the password of the server's TLS key, passed like O(instances[].api_key).
+        type: str
+      secret_environment:
+        description:
+          - Environment variables of the server whose values are secrets, such as C(HF_TOKEN). Their values are never
+            logged, returned or shown (their names are, in RV(instances[].config.secrets)), and live only in files
+            only root can read and in the server's own environment (C(/proc/<pid>/environ), readable by its user).
+          - O(instances[].environment) refuses names that look like secrets (C(*TOKEN*), C(*SECRET*), C(*PASSW*),
+            C(*API_KEY*), C(*CREDENTIAL*), C(*PRIVATE_KEY*)) and sends them here.
+        type: dict
+        default: {}
       enable_metrics:
         description: C(--enable-metrics), the Prometheus C(/metrics) endpoint.
         type: bool
@@ -506,6 +528,9 @@ INSTANCE_OPTIONS = dict(
     run_as=dict(type='str'),
     log_file=dict(type='path'),
     api_key=dict(type='str', no_log=True),
+    admin_api_key=dict(type='str', no_log=True),
+    ssl_keyfile_password=dict(type='str', no_log=True),
+    secret_environment=dict(type='dict', no_log=True, default={}),
     enable_metrics=dict(type='bool', default=False),
     log_level=dict(type='str'),
     ready_check=dict(type='str', default='health_generate', choices=list(READY_PATHS)),

@@ -33,8 +33,13 @@ def test_unit_keeps_secrets_out_and_bounds_the_stop():
     assert 'EnvironmentFile=/s/llama.env' in text and 'Environment=' not in text
 
 
-def test_secret_config_is_yaml_sglang_turns_into_api_key():
-    assert launch.secret_config('k"ey').endswith('api-key: "k\\"ey"\n')
+def test_secret_config_is_yaml_sglang_turns_into_flags():
+    text = launch.secret_config({'api-key': 'k"ey', 'admin-api-key': 'adm'})
+    assert text.endswith('admin-api-key: "adm"\napi-key: "k\\"ey"\n')
+
+
+def test_mask_text_hides_every_secret_longest_first():
+    assert launch.mask_text('key=abcdef admin=abc', ['abc', 'abcdef']) == 'key=%s admin=%s' % (launch.MASK, launch.MASK)
 
 
 def test_mask_argv():
