@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
@@ -24,6 +25,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
 from ansible_collections.gpufleet.sglang.plugins.module_utils._supervisors import Supervisor, supervisor_for
 
 DEFAULT_STATE_DIR = '/var/lib/gpufleet-sglang'
+# An instance name: it names files in the state directory and a systemd unit, so no path may hide in it.
+NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
 # Keys of /server_info and flags of a command line whose values are secrets.
 SECRET_KEYS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'hf_token')
 SECRET_FLAGS = ('--api-key', '--admin-api-key', '--ssl-keyfile-password')

@@ -30,7 +30,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import Instance, speculative_of
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
@@ -40,7 +40,6 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
 
-NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
 # A bare address or host name: no user part, no path, nothing a URL would read as another host.
 HOST_RE = re.compile(r'^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|\[[0-9A-Fa-f:.]+\])$')
 CONTROL_RE = re.compile(r'[\x00-\x1f\x7f]')
@@ -454,6 +453,11 @@ class Relaunch:
             raise SpecError(str(exc)) from None
         self.check_ports()
         for spec in self.specs:
+            supervisor = self.new_supervisor(spec)
+            foreign = getattr(supervisor, 'foreign_unit', None)
+            why = foreign(self.state_dir) if foreign else None
+            if why:
+                raise spec.error('name: %s' % why)
             for warning in spec.warnings:
                 self.warn(warning)
 

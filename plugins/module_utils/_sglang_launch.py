@@ -18,6 +18,7 @@ import hashlib
 import http.client
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -281,10 +282,15 @@ def open_log(log_file: str) -> int:
 
 def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
     """Start the server in a session of its own; return the Popen and its ProcessInfo."""
+    groups = {}
+    if user:
+        # The user's own primary and supplementary groups, as a login (and systemd's User=) would give.
+        entry = pwd.getpwnam(user)
+        groups = dict(group=entry.pw_gid, extra_groups=os.getgrouplist(entry.pw_name, entry.pw_gid))
     fd = open_log(log_file)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,  # pylint: disable=consider-using-with
-                                cwd='/', close_fds=True, start_new_session=True, user=user)
+                                cwd='/', close_fds=True, start_new_session=True, user=user, **groups)
     except OSError as exc:
         raise LaunchError('python: cannot start %s: %s' % (argv[0], exc)) from exc
     finally:
@@ -348,10 +354,16 @@ def env_file_text(env: dict) -> str:
                    for key in sorted(env))
 
 
+# The first line of every unit this collection writes: a unit without it (or of another state
+# directory) is someone else's, and is never overwritten.
+UNIT_MARKER = '# Managed by gpufleet.sglang.sglang_launch for the state directory %s; changes are overwritten.'
+
+
 def unit_text(name: str, argv: list[str], env_file: str, log_file: str, user: str | None, stop_timeout: float,
               secret_file: str | None) -> str:
+    state_dir = os.path.normpath(os.path.dirname(env_file))
     lines = [
-        '# Managed by gpufleet.sglang.sglang_launch; changes are overwritten.',
+        UNIT_MARKER % state_dir,
         '# Secrets are not in this file: they are in %s and in the server\'s --config file, both private.' % env_file,
         '[Unit]',
         'Description=SGLang server %s' % name,

@@ -20,10 +20,11 @@ import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    LaunchError, env_file_text, open_log, process_alive, session_members, start_process, stop_process, unit_text, write_private,
+    UNIT_MARKER, LaunchError, env_file_text, open_log, process_alive, session_members, start_process, stop_process, unit_text, write_private,
 )
 
 UNIT_DIR = '/etc/systemd/system'
+LEGACY_UNIT_MARKER = '# Managed by gpufleet.sglang.sglang_launch; changes are overwritten.'
 
 
 def systemd_running() -> bool:
@@ -181,6 +182,21 @@ class SystemdSupervisor(Supervisor):
         if not state or not state.get('running'):
             return False
         return Systemctl.active_state(state.get('unit') or self.unit) in ('active', 'activating', 'deactivating')
+
+    def foreign_unit(self, state_dir: str) -> str | None:
+        """Why the unit file may not be written: it exists and this collection did not write it for ``state_dir``."""
+        try:
+            with open(self.unit_file, encoding='utf-8') as handle:
+                first = handle.readline().rstrip('\n')
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return 'cannot read %s: %s' % (self.unit_file, exc)
+        # The second form is what the first release wrote.
+        if first in (UNIT_MARKER % os.path.normpath(state_dir), LEGACY_UNIT_MARKER):
+            return None
+        return ('%s exists and was not written by gpufleet.sglang for the state directory %s; it is left alone: '
+                'rename the instance or remove that unit' % (self.unit_file, state_dir))
 
     def owns(self, pid, state):
         try:

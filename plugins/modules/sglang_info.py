@@ -202,7 +202,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import (
-    DEFAULT_STATE_DIR, SMOKE_PROMPT, Instance, as_float, mask_server_info, read_instance, speculative_of,
+    DEFAULT_STATE_DIR, NAME_RE, SMOKE_PROMPT, Instance, as_float, mask_server_info, read_instance, speculative_of,
 )
 
 
@@ -213,6 +213,10 @@ class InstanceReader:
 
     def names(self) -> list[str]:
         if self.params['names']:
+            for name in self.params['names']:
+                if not NAME_RE.match(name):
+                    self.module.fail_json(msg='names: %r is not an instance name (letters, digits, ".", "_" and "-", '
+                                              'starting with a letter or digit)' % name)
             return sorted(set(self.params['names']))
         try:
             entries = os.listdir(self.params['state_dir'])

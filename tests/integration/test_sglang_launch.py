@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -233,3 +234,32 @@ def test_a_second_run_is_refused_at_once_and_a_dead_holder_blocks_nothing(host, 
     assert after['changed'] and not after['failed'] and after['result'] == 'relaunched', after.get('msg')
     with open(sglang['state_dir'] + '/llama.log', encoding='utf-8') as f:
         assert f.read().count('Load weight begin') == 2
+
+
+def test_a_reused_session_id_is_never_signalled(host, sglang):
+    """The state names a session whose leader is no longer the server (its pid was reused): stop and
+    relaunch leave that process alone."""
+    stranger = subprocess.Popen(['sleep', '600'], start_new_session=True)
+    try:
+        info = stranger.pid
+        with open('/proc/%d/stat' % info) as f:
+            starttime = int(f.read().rsplit(')', 1)[1].split()[19])
+        state_dir = sglang['state_dir']
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        # What a server that ran as this pid, long ago, would have left: same numbers, another start time.
+        with open(os.path.join(state_dir, 'llama.json'), 'w') as f:
+            json.dump(dict(name='llama', supervisor='process', running=True, pid=info, pgid=info, sid=info,
+                           starttime=starttime - 100, config=dict(gpus=[0]), probe_url='http://127.0.0.1:%d' % sglang['port']), f)
+        stopped = host.launch(dict(sglang, state='stopped'))
+        assert not stopped['failed'] and not stopped['changed'], stopped
+        started = host.launch(sglang)
+        assert started['changed'] and started['result'] == 'started', started.get('msg')
+        assert stranger.poll() is None, 'the process that reused the session id was signalled'
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_info_refuses_a_name_that_is_a_path(host, sglang):
+    result = host.module('sglang_info', dict(names=['../llama'], state_dir=sglang['state_dir']))
+    assert result['failed'] and result['msg'].startswith("names: '../llama' is not an instance name"), result
