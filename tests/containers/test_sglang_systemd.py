@@ -76,6 +76,8 @@ def gpu_host(host: str, tmp_path_factory) -> str:
     tc.cexec(host, f"{PY} -m simgpu.host create --state-dir {STATE} --gpu-count 2 --reserved-mib 0")
     config = {"startup_seconds": 0.5, "warmup_seconds": 0.1, "model_mib": 4000}
     tc.cexec(host, f"cat > {STATE}/simsglang.json <<'EOF'\n{json.dumps(config)}\nEOF")
+    # The model and the draft, as a host that downloaded them has them (local paths must exist).
+    tc.cexec(host, "mkdir -p /models/fake /models/draft")
     r = tc.cexec(host, f"{PY} -c 'import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetCount())'", check=False)
     assert r.stdout.strip() == "2", f"NVML in the container does not see 2 simulated GPUs:\n{r.stdout}\n{r.stderr}"
     return host

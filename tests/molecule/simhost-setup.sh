@@ -7,7 +7,8 @@
 #     (a clean GPU reads 0 MiB used through both NVML memory calls), memory released 200 ms after a kill,
 #   - SIMGPU_STATE_DIR in systemd's DefaultEnvironment, where the simulated SGLang finds simsglang.json,
 #   - the simulated SGLang's settings (SIMSGLANG_JSON) in /var/lib/simgpu/simsglang.json,
-#   - the bundle (build-simhost-bundle.sh) in /opt/gpufleet-sim, whose wheels/ install.yml installs from.
+#   - the bundle (build-simhost-bundle.sh) in /opt/gpufleet-sim, whose wheels/ install.yml installs from,
+#   - the model directories the scenarios serve (/models/...).
 #
 #   tests/molecule/simhost-setup.sh CONTAINER BUNDLE_TAR SIMSGLANG_JSON [GPU_COUNT]
 # Needs CONTAINERS_CONF (tests/containers/env.sh). Safe to repeat.
@@ -35,5 +36,8 @@ if [ ! -f /var/lib/simgpu/config ]; then
     --gpu-count "$GPU_COUNT" --total-mib 81920 --reserved-mib 0 --release-delay-ms 200 >/dev/null
 fi
 printf '%s\n' "$SIMSGLANG_JSON" > /var/lib/simgpu/simsglang.json
+# The model and draft directories the scenarios serve, as a host that downloaded them has them
+# (sglang_launch refuses a local model path that does not exist before it stops anything).
+mkdir -p /models/llama-3.1-8b-instruct /models/eagle3-llama-3.1-8b
 SH
 echo "$name: simulated GPU host ready ($gpu_count GPUs)"
