@@ -84,6 +84,35 @@ def all_processes():
                 yield info
 
 
+def process_table() -> dict:
+    """pid -> ProcessInfo for every user-space process, read in one pass (a snapshot)."""
+    return dict((info.pid, info) for info in all_processes())
+
+
+def read_cgroup(pid: int) -> str | None:
+    """The cgroup path systemd tracks the process by, or None when it is gone or unreadable.
+
+    The unified (v2) hierarchy's path when it says more than C(/); otherwise the v1
+    C(name=systemd) path of a hybrid host. C(/) when the process is in no named cgroup.
+    """
+    try:
+        with open('%s/%d/cgroup' % (_PROC, pid), 'rb') as f:
+            lines = f.read().decode('utf-8', 'replace').splitlines()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    unified = legacy = None
+    for line in lines:
+        hierarchy, _sep, rest = line.partition(':')
+        controllers, _sep, path = rest.partition(':')
+        if hierarchy == '0' and controllers == '':
+            unified = path
+        elif controllers == 'name=systemd':
+            legacy = path
+    if unified and unified != '/':
+        return unified
+    return legacy or unified
+
+
 def is_gone(key: tuple[int, int]) -> bool:
     """True once the process has exited: gone from /proc, a zombie, or its pid reused."""
     fields = _read_stat(key[0])

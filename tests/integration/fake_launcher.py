@@ -3,9 +3,10 @@
     python fake_launcher.py STATE_DIR READY_FILE GPU:MIB [GPU:MIB ...]
 
 The process retitles itself like SGLang's launcher, starts one `sglang::scheduler_TP<i>` holder per
-GPU:MIB pair and a helper that holds no GPU memory and whose title matches nothing (like the
-multiprocessing resource tracker), writes their pids to READY_FILE and waits. All of them share
-the launcher's session and process group, as SGLang's children do.
+GPU:MIB pair, a `sglang::detokenizer` that holds no GPU memory, and a helper that holds no GPU
+memory and whose title matches nothing (like the multiprocessing resource tracker), writes their
+pids to READY_FILE and waits. All of them are its children and share its session and process
+group, as SGLang's children do.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import sys
 import time
 
 from setproctitle import setproctitle
+
+DETOKENIZER = ('import signal, sys; from setproctitle import setproctitle; setproctitle("sglang::detokenizer"); '
+               'print("ready", flush=True); signal.pause()')
 
 
 def main() -> None:
@@ -32,10 +36,14 @@ def main() -> None:
             if children[-1].poll() is not None:
                 sys.exit('holder for %s failed' % spec)
             time.sleep(0.01)
+    detokenizer = subprocess.Popen([sys.executable, '-c', DETOKENIZER], stdout=subprocess.PIPE)
+    if detokenizer.stdout.readline().strip() != b'ready':
+        sys.exit('detokenizer failed')
     helper = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])
     tmp = ready_file + '.tmp'
     with open(tmp, 'w') as f:
-        f.write('launcher=%d\nhelper=%d\nschedulers=%s\n' % (os.getpid(), helper.pid, ','.join(str(c.pid) for c in children)))
+        f.write('launcher=%d\nhelper=%d\ndetokenizer=%d\nschedulers=%s\n'
+                % (os.getpid(), helper.pid, detokenizer.pid, ','.join(str(c.pid) for c in children)))
     os.replace(tmp, ready_file)
     signal.pause()
 

@@ -15,6 +15,14 @@ def by_pid(rows):
     return dict((row['pid'], row) for row in rows)
 
 
+def fake_detokenizer(host) -> int:
+    """The pid of the last fake server's detokenizer (simfleet returns the other pids)."""
+    ready = [p for p in host.root.glob('%s.launcher.*' % host.name) if p.suffix[1:].isdigit()]
+    latest = max(ready, key=lambda p: int(p.suffix[1:]))
+    info = dict(line.split('=', 1) for line in latest.read_text().split())
+    return int(info['detokenizer'])
+
+
 def test_gpu_info_reports_gpus_memory_and_holders(host):
     server = host.hold(1, 20480, 'sglang::scheduler_TP0')
     info = host.module('gpu_info')
@@ -67,47 +75,54 @@ def test_kill_unmatched_stops_the_bystander_too(host):
     assert not alive(bystander.pid)
 
 
-def test_orphaned_children_and_session_helpers_are_stopped(host):
+def test_orphans_of_a_launcher_killed_with_sigkill_are_stopped(host):
     server = host.launch_fake_server('0:40000', '1:40000')
-    # The launcher dies the hard way: its schedulers and its helper are orphaned but stay in its session.
+    detokenizer = fake_detokenizer(host)
+    # The launcher dies the hard way: its children are orphaned but keep its session and group.
     os.kill(server['launcher'], signal.SIGKILL)
     wait_for(lambda: not alive(server['launcher']), what='launcher to die')
-    assert all(alive(pid) for pid in server['schedulers'] + [server['helper']])
-    result = host.module('gpu_kill', dict(grace_period=2))
-    killed = by_pid(result['killed'])
-    assert set(killed) == set(server['schedulers'] + [server['helper']])
-    assert killed[server['helper']]['reason'].startswith('session of pid ')
-    assert killed[server['helper']]['gpus'] == []
-    assert not any(alive(pid) for pid in killed)
+    assert all(alive(pid) for pid in server['schedulers'] + [server['helper'], detokenizer])
+    try:
+        result = host.module('gpu_kill', dict(grace_period=2))
+        killed = by_pid(result['killed'])
+        assert set(killed) == set(server['schedulers'] + [detokenizer])
+        assert killed[detokenizer]['reason'].startswith('orphaned by the launcher of session %d' % server['launcher'])
+        assert killed[detokenizer]['gpus'] == []
+        assert not any(alive(pid) for pid in killed)
+        # The helper matches nothing and its parent is gone: nothing proves whose it is.
+        assert alive(server['helper'])
+    finally:
+        os.kill(server['helper'], signal.SIGKILL)
 
 
-def test_scope_process_leaves_the_rest_of_the_session(host):
+def test_scope_process_leaves_the_rest_of_the_server(host):
     server = host.launch_fake_server('0:1000')
     result = host.module('gpu_kill', dict(scope='process', grace_period=2))
     assert [row['pid'] for row in result['killed']] == server['schedulers']
-    assert alive(server['launcher']) and alive(server['helper'])
+    assert alive(server['launcher']) and alive(server['helper']) and alive(fake_detokenizer(host))
 
 
 def test_check_mode_signals_nothing(host):
     server = host.launch_fake_server('0:1000', '1:1000')
+    everything = server['schedulers'] + [server['launcher'], server['helper'], fake_detokenizer(host)]
     result = host.module('gpu_kill', dict(grace_period=1), check=True, diff=True)
     assert result['changed'] and not result['failed']
-    assert set(by_pid(result['killed'])) == set(server['schedulers'] + [server['launcher'], server['helper']])
+    assert set(by_pid(result['killed'])) == set(everything)
     assert all(row['signal'] is None for row in result['killed'])
-    assert all(alive(pid) for pid in server['schedulers'] + [server['launcher'], server['helper']])
+    assert all(alive(pid) for pid in everything)
     playbook = host.root / 'kill.yml'
     playbook.write_text('- hosts: gpu_servers\n  gather_facts: false\n  tasks:\n    - gpufleet.sglang.gpu_kill:\n')
     run = host.playbook(playbook, '--check', '--diff')
     assert run.returncode == 0, run.stdout + run.stderr
     assert '-%d sglang::scheduler_TP0' % server['schedulers'][0] in run.stdout
     assert 'changed=1' in run.stdout
-    assert all(alive(pid) for pid in server['schedulers'] + [server['launcher'], server['helper']])
+    assert all(alive(pid) for pid in everything)
 
 
 def test_kill_then_wait_clean_and_second_run_changes_nothing(host):
     host.launch_fake_server('0:50000', '1:50000', '2:50000', '3:50000')
     first = host.module('gpu_kill', dict(grace_period=2))
-    assert first['changed'] and len(first['killed']) == 6
+    assert first['changed'] and len(first['killed']) == 7  # 4 schedulers, launcher, detokenizer, helper
     clean = host.module('gpu_wait_clean', dict(timeout=10))
     assert not clean['failed'] and not clean['changed']
     assert [g['used_mib'] for g in clean['gpus']] == [0, 0, 0, 0]
