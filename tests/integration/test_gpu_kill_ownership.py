@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from simfleet import REPO, alive, ansible_env, wait_for
 
 FAKE_LAUNCHER = REPO / 'tests' / 'integration' / 'fake_launcher.py'
@@ -188,3 +190,89 @@ def test_the_old_session_scopes_are_refused_before_anything_is_signalled(make_ho
         result = host.module('gpu_kill', dict(gpus=['0', '1'], scope=scope))
         assert result['failed'] and 'scope' in result['msg'] and 'server' in result['msg'], result
     assert all(alive(pid) for pid in everything(pids['a']) + [pids['shell'], pids['train']])
+
+
+# A systemd service's own cgroup, made by hand in the v1 name=systemd hierarchy (where the build
+# machine has one and we are root): PID 1 here is not systemd, so nothing else manages it.
+SYSTEMD_HIERARCHY = '/sys/fs/cgroup/systemd'
+ESCAPED = ('import signal; from setproctitle import setproctitle; setproctitle("sglang::tokenizer_worker:0"); '
+           'print("ready", flush=True); signal.pause()')
+
+
+def make_cgroup(name):
+    path = os.path.join(SYSTEMD_HIERARCHY, 'gpufleet-test-%d.slice' % os.getpid(), name)
+    try:
+        os.makedirs(path)
+    except OSError as exc:
+        pytest.skip('cannot create a cgroup in %s: %s' % (SYSTEMD_HIERARCHY, exc))
+    return path
+
+
+def remove_cgroup(path):
+    with open(os.path.join(path, 'cgroup.procs')) as f:
+        pids = f.read().split()
+    for pid in pids:  # survivors (the test's cleanup kills them) go back to the root first
+        try:
+            with open(os.path.join(SYSTEMD_HIERARCHY, 'cgroup.procs'), 'w') as f:
+                f.write(pid)
+        except OSError:
+            pass
+    for directory in (path, os.path.dirname(path)):
+        wait_for(lambda d=directory: _rmdir(d), what='cgroup %s to be removed' % directory)
+
+
+def _rmdir(path):
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def in_cgroup(host, cgroup, argv, **kwargs):
+    """Start ``argv`` inside ``cgroup`` (it moves itself there before it execs)."""
+    wrapper = 'echo $$ > %s && exec "$@"' % shlex.quote(os.path.join(cgroup, 'cgroup.procs'))
+    proc = subprocess.Popen(['sh', '-c', wrapper, 'sh'] + argv, env=ansible_env(), **kwargs)
+    host.procs.append(proc)
+    return proc
+
+
+def service_with_an_escaped_worker(host, unit):
+    """A server whose launcher is a service's main process, and a matching process that left its
+    session (it leads a session of its own) but not the service's cgroup."""
+    cgroup = make_cgroup(unit)
+    ready = host.root / ('%s.ready' % unit)
+    in_cgroup(host, cgroup, [sys.executable, str(FAKE_LAUNCHER), str(host.state_dir), str(ready), '0:1000'], start_new_session=True)
+    wait_for(ready.exists, timeout=30, what='the service to start')
+    escaped = in_cgroup(host, cgroup, [sys.executable, '-c', ESCAPED], start_new_session=True, stdout=subprocess.PIPE)
+    assert escaped.stdout.readline().strip() == b'ready'
+    return cgroup, server_pids(ready), escaped.pid
+
+
+def test_a_service_cgroup_with_nothing_else_in_it_is_the_server(make_host):
+    host = make_host(gpu_count=2)
+    cgroup, server, escaped = service_with_an_escaped_worker(host, 'sglang-main.service')
+    try:
+        result = host.module('gpu_kill', dict(gpus=['0'], grace_period=2))
+        killed = by_pid(result['killed'])
+        assert set(killed) == set(everything(server) + [escaped]), result
+        assert killed[escaped]['reason'].startswith('cgroup of /gpufleet-test-')
+        assert not alive(escaped)
+    finally:
+        remove_cgroup(cgroup)
+
+
+def test_a_service_cgroup_shared_with_a_daemon_is_not_the_server(make_host):
+    host = make_host(gpu_count=2)
+    cgroup, server, escaped = service_with_an_escaped_worker(host, 'cron.service')
+    # cron: a non-matching session leader in the same cgroup.
+    daemon = in_cgroup(host, cgroup, ['sleep', '600'], start_new_session=True)
+    try:
+        wait_for(lambda: str(daemon.pid) in open(os.path.join(cgroup, 'cgroup.procs')).read().split(), what='the daemon')
+        result = host.module('gpu_kill', dict(gpus=['0'], grace_period=2))
+        assert set(by_pid(result['killed'])) == set(everything(server)), result
+        assert alive(escaped) and alive(daemon.pid)
+    finally:
+        remove_cgroup(cgroup)
