@@ -11,16 +11,21 @@ version_added: 0.1.0
 description:
   - Takes a mapping of host name to the C(gpu_reset_report) fact that the gpufleet.sglang.gpu_reset
     role leaves on each host, and returns the lines of a table with one row per GPU; index and
-    used memory in MiB before and after the reset (the columns of
-    C(nvidia-smi --query-gpu=index,memory.used)), and the processes that held each GPU with what
+    used memory before and after the reset (C(USED BEFORE (MiB)), C(USED AFTER (MiB)), the figure
+    that C(USED (MiB)) shows in the status table), and the processes that held each GPU with what
     happened to them.
   - Processes stopped only because they shared a session or process group with a GPU holder
     follow on lines of their own.
+  - Command lines are cut to O(cmdline_width) characters; C(gpu_reset_report) keeps them whole.
 options:
   _input:
     description: Host name to C(gpu_reset_report).
     type: dict
     required: true
+  cmdline_width:
+    description: Characters of a process's command line shown in the table; longer ones end in C(...).
+    type: int
+    default: 60
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -43,6 +48,10 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import CMDLINE_WIDTH, align, cut
+
+HEADER = ('HOST', 'GPU', 'USED BEFORE (MiB)', 'USED AFTER (MiB)', 'HELD BY (before the reset)')
+
 
 def _fate(proc: dict, killed: dict, spared: dict) -> str:
     pid = proc['pid']
@@ -56,15 +65,16 @@ def _fate(proc: dict, killed: dict, spared: dict) -> str:
     return 'left alone'
 
 
-def _holder(proc: dict, killed: dict, spared: dict) -> str:
+def _holder(proc: dict, killed: dict, spared: dict, width: int) -> str:
     used = '?' if proc.get('used_mib') is None else proc['used_mib']
-    return 'pid %d %s %s MiB (%s)' % (proc['pid'], proc.get('cmdline') or '<not visible>', used, _fate(proc, killed, spared))
+    return 'pid %d %s %s MiB (%s)' % (proc['pid'], cut(proc.get('cmdline') or '<not visible>', width), used, _fate(proc, killed, spared))
 
 
-def gpu_reset_table(reports: dict) -> list[str]:
+def gpu_reset_table(reports: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
     if not isinstance(reports, dict):
         raise AnsibleFilterError('gpu_reset_table expects a mapping of host name to gpu_reset_report, got %s' % type(reports).__name__)
-    rows = [('HOST', 'GPU', 'BEFORE MiB', 'AFTER MiB', 'HELD BY (before the reset)')]
+    width = int(cmdline_width)
+    rows = [HEADER]
     extra = []
     for host in sorted(reports):
         report = reports[host]
@@ -75,17 +85,15 @@ def gpu_reset_table(reports: dict) -> list[str]:
         spared = dict((p['pid'], p) for p in report.get('spared') or [])
         after = dict((g['index'], g) for g in report.get('after') or [])
         for gpu in report['before']:
-            holders = [_holder(p, killed, spared) for p in gpu.get('processes') or []] or ['-']
+            holders = [_holder(p, killed, spared, width) for p in gpu.get('processes') or []] or ['-']
             used_after = after.get(gpu['index'], {}).get('used_mib', '?')
             rows.append((host, str(gpu['index']), str(gpu['used_mib']), str(used_after), holders[0]))
             rows.extend(('', '', '', '', h) for h in holders[1:])
         for proc in report.get('killed') or []:
             if not proc.get('gpus'):
-                extra.append('%s: also pid %d %s (%s: %s)' % (host, proc['pid'], proc['cmdline'], proc['reason'], _fate(proc, killed, spared)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ['  '.join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2]), r[3].rjust(widths[3]), r[4]]).rstrip()
-             for r in rows]
-    return lines + extra
+                fate = _fate(proc, killed, spared)
+                extra.append('%s: also pid %d %s (%s: %s)' % (host, proc['pid'], cut(proc['cmdline'], width), proc['reason'], fate))
+    return align(rows, (1, 2, 3)) + extra
 
 
 class FilterModule:

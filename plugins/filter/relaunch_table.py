@@ -12,8 +12,11 @@ description:
   - Takes a mapping of host name to the C(sglang_server_report) fact that the gpufleet.sglang.sglang_server
     role leaves on each host (one entry per instance), and returns the lines of a table with one row per
     host and instance; the speculative parameters before and after (C(ALGORITHM steps/topk/draft tokens)),
-    seconds without a serving server, seconds the new server took to serve, tokens per second and accept
-    length of the smoke generation, and the result (relaunched, unchanged, rolled back, failed, skipped).
+    C(DOWN (s)) seconds without a serving server, C(TO READY (s)) seconds the new server took to serve,
+    C(SMOKE TOK/S) and C(SMOKE ACCEPT (tok/step)) the tokens per second and accept length of the one smoke
+    generation the relaunch made (not the server's own figures, which the status table shows as
+    C(SERVER TOK/S) and C(SERVER ACCEPT (tok/step))), and the result (relaunched, unchanged, rolled back,
+    failed, skipped).
   - Why an instance was rolled back or failed follows on lines of its own.
   - A host without a report (it failed before its turn, or the rollout stopped) gets a row saying so.
 options:
@@ -44,8 +47,12 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-HEADER = ('HOST', 'INSTANCE', 'OLD', 'NEW', 'DOWN s', 'READY s', 'TOK/S', 'ACCEPT', 'RESULT')
+# Column names are shared with the status, reset and stop tables: one name, one figure, its unit in
+# the name (tests/unit/plugins/filter/test_table_headers.py holds them to it).
+HEADER = ('HOST', 'INSTANCE', 'OLD', 'NEW', 'DOWN (s)', 'TO READY (s)', 'SMOKE TOK/S', 'SMOKE ACCEPT (tok/step)', 'RESULT')
 RIGHT = (4, 5, 6, 7)
+# Command lines in a table are cut to this many characters; the registered results keep them whole.
+CMDLINE_WIDTH = 60
 
 
 def speculative_text(spec) -> str:
@@ -69,6 +76,19 @@ def number(value, digits: int) -> str:
         return str(value)
 
 
+def cut(text, width: int = CMDLINE_WIDTH) -> str:
+    """One line of at most `width` characters; '...' ends what was cut."""
+    text = ' '.join(str(text).split())
+    return text if len(text) <= width else text[:max(width - 3, 1)].rstrip() + '...'
+
+
+def align(rows: list, right: tuple = ()) -> list[str]:
+    """Rows of strings as lines, columns two spaces apart; the last column is left ragged."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ['  '.join([r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip()
+            for r in rows]
+
+
 def relaunch_table(reports: dict) -> list[str]:
     if not isinstance(reports, dict):
         raise AnsibleFilterError('relaunch_table expects a mapping of host name to sglang_server_report, got %s' % type(reports).__name__)
@@ -85,10 +105,7 @@ def relaunch_table(reports: dict) -> list[str]:
                          number(row.get('tok_s'), 1), number(row.get('accept_length'), 2), str(row.get('result', '?'))))
             if row.get('message'):
                 notes.append('%s/%s: %s' % (host, row.get('name', '?'), ' '.join(str(row['message']).split())))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER) - 1)]
-    lines = ['  '.join([r[i].rjust(widths[i]) if i in RIGHT else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip()
-             for r in rows]
-    return lines + notes
+    return align(rows, RIGHT) + notes
 
 
 class FilterModule:

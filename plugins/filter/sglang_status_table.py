@@ -11,14 +11,24 @@ version_added: 0.1.0
 description:
   - Takes a mapping of host name to a dictionary with C(gpus) (the C(gpus) result of
     M(gpufleet.sglang.gpu_info)) and C(instances) (the C(instances) result of M(gpufleet.sglang.sglang_info)),
-    and returns the lines of two tables; one row per GPU with its used memory and the processes holding it,
-    and one row per SGLang instance with its port, GPUs, speculative parameters as SGLang resolved them,
-    health, average accept length and last generation throughput.
+    and returns the lines of two tables; one row per GPU with its used and total memory in MiB and the
+    processes holding it, and one row per SGLang instance with its port, GPUs, launcher PID, speculative
+    parameters as SGLang resolved them and health.
+  - C(SERVER ACCEPT (tok/step)) is the server's average accept length since it started
+    (C(avg_spec_accept_length)); C(SERVER TOK/S) is the generation throughput SGLang last logged
+    (C(last_gen_throughput)), which stays at its last value while the server is idle. Neither is the
+    relaunch's smoke generation (C(SMOKE TOK/S), C(SMOKE ACCEPT (tok/step)) in the relaunch summary).
+  - Command lines are cut to O(cmdline_width) characters; the registered results of
+    M(gpufleet.sglang.gpu_info) keep them whole.
 options:
   _input:
     description: Host name to C({gpus, instances}).
     type: dict
     required: true
+  cmdline_width:
+    description: Characters of a process's command line shown in the table; longer ones end in C(...).
+    type: int
+    default: 60
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -39,20 +49,18 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import number, speculative_text
+from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import CMDLINE_WIDTH, align, cut, number, speculative_text
+
+GPU_HEADER = ('HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)')
+SERVER_HEADER = ('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'SERVER ACCEPT (tok/step)', 'SERVER TOK/S',
+                 'VERSION')
 
 
-def _align(rows: list, right: tuple) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ['  '.join([r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip()
-            for r in rows]
-
-
-def _processes(gpu: dict) -> str:
+def _processes(gpu: dict, width: int) -> str:
     procs = gpu.get('processes') or []
     if not procs:
         return '-'
-    return ', '.join('pid %s %s %s MiB' % (p.get('pid'), p.get('cmdline') or '<not visible>',
+    return ', '.join('pid %s %s %s MiB' % (p.get('pid'), cut(p.get('cmdline') or '<not visible>', width),
                                            '?' if p.get('used_mib') is None else p['used_mib']) for p in procs)
 
 
@@ -66,15 +74,15 @@ def _health(instance: dict) -> str:
     return 'unhealthy (%s)' % (instance.get('health_status') or 'no answer')
 
 
-def sglang_status_table(status: dict) -> list[str]:
+def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
     if not isinstance(status, dict):
         raise AnsibleFilterError('sglang_status_table expects a mapping of host name to {gpus, instances}, got %s' % type(status).__name__)
-    gpu_rows = [('HOST', 'GPU', 'USED MiB', 'TOTAL MiB', 'PROCESSES')]
-    server_rows = [('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'ACCEPT', 'TOK/S', 'VERSION')]
+    gpu_rows = [GPU_HEADER]
+    server_rows = [SERVER_HEADER]
     for host in sorted(status):
         entry = status[host] if isinstance(status[host], dict) else {}
         for gpu in entry.get('gpus') or []:
-            gpu_rows.append((host, str(gpu.get('index')), str(gpu.get('used_mib')), str(gpu.get('total_mib')), _processes(gpu)))
+            gpu_rows.append((host, str(gpu.get('index')), str(gpu.get('used_mib')), str(gpu.get('total_mib')), _processes(gpu, int(cmdline_width))))
         if not entry.get('gpus'):
             gpu_rows.append((host, '-', '-', '-', 'no GPU information (the host failed or was skipped)'))
         instances = entry.get('instances') or []
@@ -87,7 +95,7 @@ def sglang_status_table(status: dict) -> list[str]:
                                 number(inst.get('gen_throughput'), 1), str(inst.get('version') or '-')))
         if not instances:
             server_rows.append((host, '-', '-', '-', '-', '-', 'no SGLang instance', '-', '-', '-'))
-    return _align(gpu_rows, (1, 2, 3)) + [''] + _align(server_rows, (2, 4, 7, 8))
+    return align(gpu_rows, (1, 2, 3)) + [''] + align(server_rows, (2, 4, 7, 8))
 
 
 class FilterModule:

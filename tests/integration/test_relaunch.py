@@ -48,6 +48,7 @@ def test_relaunch_steps_3_then_again_changes_nothing(fleet):
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr
     rows = table(out.stdout)
     assert rows[0].split()[:4] == ['HOST', 'INSTANCE', 'OLD', 'NEW'], rows
+    assert 'SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT' in rows[0], rows
     for name, hvars in fleet['vars'].items():
         assert steps_running(hvars) == 3
         assert state(hvars)['config']['speculative']['num_draft_tokens'] == 4  # follows steps with topk 1
@@ -168,7 +169,7 @@ def test_an_unchanged_relaunch_is_a_fast_path_without_generation(fleet):
     out = run(fleet['inventory'], 'relaunch.yml', *BATCH)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr
     rows = table(out.stdout)
-    # Unchanged: no smoke generation (no TOK/S, no ACCEPT), no stop, the same server.
+    # Unchanged: no smoke generation (no SMOKE TOK/S, no SMOKE ACCEPT), no stop, the same server.
     assert all(r.endswith('unchanged') and r.split()[-3:-1] == ['-', '-'] for r in rows[1:]), rows
     assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
 
@@ -202,3 +203,15 @@ def test_an_interrupted_relaunch_blocks_nothing_and_the_rerun_brings_the_instanc
         assert state(hvars)['last_good']['params']['speculative']['num_steps'] == 3
     finally:
         stop_all(inventory)
+
+
+def test_the_preflight_tag_runs_the_checks_alone(fleet):
+    before = start(fleet)
+    out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3', '--tags', 'sglang_server_preflight', *BATCH)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+    assert 'Check every instance exactly as the relaunch will' in out.stdout
+    assert 'Relaunch the instances of the host' not in out.stdout
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
+    assert all(steps_running(v) == 2 for v in fleet['vars'].values())
+    refused = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=0', '--tags', 'sglang_server_preflight', *BATCH)
+    assert refused.returncode != 0 and 'speculative.num_steps: 0' in refused.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from relaunch_fleet import table
 from simfleet import REPO, alive
 
 PLAYBOOK = REPO / 'playbooks' / 'reset.yml'
@@ -31,7 +32,7 @@ def test_fleet_reset_kills_waits_reports_and_is_idempotent(make_host):
     assert not alive(stubborn.pid) and not any(alive(p) for p in server_a['schedulers'] + [server_a['launcher']])
     assert alive(bystander.pid)
     # One table for the fleet: index, MiB before and after, and what held each GPU.
-    assert re.search(r'HOST\s+GPU\s+BEFORE MiB\s+AFTER MiB\s+HELD BY', out)
+    assert re.search(r'HOST\s+GPU\s+USED BEFORE \(MiB\)\s+USED AFTER \(MiB\)\s+HELD BY', out)
     assert re.search(r'gpu-a\s+0\s+30000\s+0\s+pid %d sglang::scheduler_TP0 30000 MiB \(stopped by SIGTERM' % server_a['schedulers'][0], out)
     assert re.search(r'gpu-b\s+0\s+16000\s+0\s+pid %d sglang::scheduler_TP0 16000 MiB \(stopped by SIGKILL' % stubborn.pid, out)
     assert re.search(r'gpu-b\s+1\s+2048\s+2048\s+pid %d python train.py 2048 MiB \(spared: does not match the pattern\)' % bystander.pid, out)
@@ -50,3 +51,17 @@ def test_unknown_gpu_fails_the_host_before_anything_is_stopped(make_host):
     assert run.returncode != 0
     assert 'gpu_reset_gpus' in run.stdout or 'gpus: GPU 5 does not exist' in run.stdout
     assert alive(server.pid)
+
+
+def test_table_cuts_long_command_lines_and_the_result_keeps_them_whole(make_host):
+    a = make_host('gpu-a', gpu_count=1)
+    title = 'python3 -m sglang.launch_server --model-path /models/%s --port 30000' % ('x' * 200)
+    server = a.hold(0, 1000, title)
+    run = a.playbook(PLAYBOOK, '-v', '-e', 'gpu_reset_install_python_deps=false')
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    rows = table(run.stdout)
+    # 60 characters of the command line, the last three of them dots.
+    assert 'pid %d %s... 1000 MiB (stopped by SIGTERM after ' % (server.pid, title[:57]) in rows[1], rows
+    assert max(len(row) for row in rows) < len(title), rows
+    # -v prints the reset's registered result: there the command line is whole.
+    assert title in run.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from relaunch_fleet import host_vars, recap, run, server_pid, stop_all, write_inventory
+from relaunch_fleet import host_vars, recap, run, server_pid, stop_all, table, write_inventory
 
 
 def test_status_table_shows_gpus_servers_and_accept_length(make_host, tmp_path):
@@ -18,6 +18,12 @@ def test_status_table_shows_gpus_servers_and_accept_length(make_host, tmp_path):
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr
         assert all(c['changed'] == 0 for c in recap(out.stdout).values())
         text = out.stdout
+        # Units in the headers; the server's own figures, named apart from the relaunch's smoke generation.
+        lines = table(text)
+        assert re.split(r'\s{2,}', lines[0]) == ['HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)'], lines
+        servers = lines[lines.index('') + 1]
+        assert re.split(r'\s{2,}', servers) == ['HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH',
+                                                'SERVER ACCEPT (tok/step)', 'SERVER TOK/S', 'VERSION'], lines
         for name, hvars in fleet.items():
             pid = server_pid(hvars)
             # GPU 0 holds the server's scheduler, GPU 1 nothing.
