@@ -76,7 +76,7 @@ options:
         description:
           - C(--model-path), a local directory or a model name. Required unless O(state=stopped).
           - A local path (starting with C(/), C(./), C(../) or C(~)) must exist on the host, for the model and
-            for the draft model alike: SGLang itself finds out only while loading, after the old server is gone.
+            for the draft model alike, because SGLang itself finds out only while loading, after the old server is gone.
           - When it is a directory with a C(config.json), its architecture tells which speculative
             defaults SGLang picks and whether the model carries its own draft (MTP) layer.
         type: str
@@ -145,7 +145,7 @@ options:
             gives a bare flag, V(false) leaves it out, a list gives several values.
           - Every flag must exist in SGLang 0.5.23 and be unambiguous there, with a valid value; flags
             this module sets through its own options (and C(--config)) are refused with the option to use. So are
-            the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)): they have options of their
+            the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)), which have options of their
             own that keep them off the command line.
         type: dict
         default: {}
