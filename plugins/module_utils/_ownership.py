@@ -52,6 +52,9 @@ class Plan:
         self.spared: list = []    # GPU holders on the chosen GPUs that are not signalled
         self.excluded: list = []  # processes linked to a stopped server that are not signalled
         self.groups: set = set()  # (sid, pgid) of dead launchers whose orphans were taken
+        # (sid, pgid) of every server stopped: a process that appears there during the stop, matches
+        # and has lost its parent was forked by a dying target.
+        self.late_groups: set = set()
 
     def target_list(self) -> list:
         return list(self.targets.values())
@@ -230,6 +233,8 @@ class Ownership:
                 plan.targets[info.pid] = (info, self.row(info, 'matched'))
             for pid in tree:
                 self._take(plan, pid, 'process tree of pid %d' % root_pid)
+            if root.sid not in _MEANINGLESS_IDS and root.pgid not in _MEANINGLESS_IDS:
+                plan.late_groups.add((root.sid, root.pgid))
             if self.reparented(root) and root.sid not in _MEANINGLESS_IDS and root.pgid not in _MEANINGLESS_IDS:
                 groups.setdefault((root.sid, root.pgid), root_pid)
             unit = service_cgroup(self.cgroup(root_pid))
@@ -294,9 +299,9 @@ class Ownership:
         """Processes that appeared since the snapshot and belong to what is being stopped.
 
         Children forked by a target while it was being stopped: a new process whose parent is a
-        target, or a new matching orphan in the session and process group of a dead launcher whose
-        orphans were taken. ``self.table`` is a fresh snapshot; ``known_keys`` every (pid, start
-        time) seen before.
+        target, or a new matching orphan (its parent, a target, died since) in the session and
+        process group of a server being stopped. ``self.table`` is a fresh snapshot; ``known_keys``
+        every (pid, start time) seen before, so nothing that existed at the first look is added.
         """
         found = []
         targets = dict((info.pid, info.key) for info, _row in plan.target_list())
@@ -312,7 +317,7 @@ class Ownership:
                 reason = None
                 if parent is not None and (targets.get(parent.pid) == parent.key or parent.pid in taken):
                     reason = 'child of pid %d, started while it was stopped' % parent.pid
-                elif ((info.sid, info.pgid) in plan.groups and self.matches(info) and self.is_root(info)
+                elif ((info.sid, info.pgid) in plan.groups | plan.late_groups and self.matches(info) and self.is_root(info)
                       and self.reparented(info)):
                     reason = 'orphaned by the launcher of session %d, process group %d' % (info.sid, info.pgid)
                 if reason is None:

@@ -219,5 +219,9 @@ def test_late_children_of_targets_are_found():
     later[500] = proc(500, DETOK, 'python -c spawned late')
     later[501] = proc(501, 500, 'python -c grandchild')
     later[502] = proc(502, SHELL, 'python other.py')
+    # Forked by the launcher as it died: now an orphan of the shell's session and group.
+    later[503] = proc(503, 1, 'sglang::tokenizer_worker:9')
+    # Already there at the first look: never added later, whatever it looks like.
+    later[DETOK_B] = proc(DETOK_B, 1, 'sglang::detokenizer')
     owner.refresh(later)
-    assert sorted(info.pid for info, _row in owner.late(result, known)) == [500, 501]
+    assert sorted(info.pid for info, _row in owner.late(result, known)) == [500, 501, 503]
