@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from relaunch_fleet import host_vars, recap, run, server_pid, stop_all, table, write_inventory
 
 SECRETS = dict(api_key='sk-gpufleet-api-8d1e6c0f4b2a', admin_api_key='sk-gpufleet-admin-51f0a9c3d7e2',
@@ -48,11 +50,15 @@ def scan_state_dir(state_dir: Path) -> dict:
     return hits
 
 
-def test_no_secret_anywhere(make_host, tmp_path):
+@pytest.mark.parametrize('where', ['role variable and instance', 'instance entry only'])
+def test_no_secret_anywhere(make_host, tmp_path, where):
     host = make_host('node-s', gpu_count=1)
-    hvars = host_vars(host, sglang_server_api_key=SECRETS['api_key'],
-                      sglang_server_instances=[dict(admin_api_key=SECRETS['admin_api_key'],
-                                                    secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))])
+    instance = dict(admin_api_key=SECRETS['admin_api_key'], secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))
+    if where == 'instance entry only':
+        # Nothing at the role's level: the role must still see that its instance list holds secrets.
+        hvars = host_vars(host, sglang_server_instances=[dict(instance, api_key=SECRETS['api_key'])])
+    else:
+        hvars = host_vars(host, sglang_server_api_key=SECRETS['api_key'], sglang_server_instances=[instance])
     inventory = write_inventory(tmp_path / 'inventory.json', {host.name: hvars})
     state_dir = Path(hvars['sglang_server_state_dir'])
     outputs = {}
