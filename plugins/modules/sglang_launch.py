@@ -192,7 +192,7 @@ options:
       secret_environment:
         description:
           - Environment variables of the server whose values are secrets, such as C(HF_TOKEN). Their values are never
-            logged, returned or shown (their names are, in RV(instances[].config.secrets)), and live only in files
+            logged, returned or shown (their names are, in the C(secrets) list of RV(instances[].config)), and live only in files
             only root can read and in the server's own environment (C(/proc/<pid>/environ), readable by its user).
           - O(instances[].environment) refuses names that look like secrets (C(*TOKEN*), C(*SECRET*), C(*PASSW*),
             C(*API_KEY*), C(*CREDENTIAL*), C(*PRIVATE_KEY*)) and sends them here.
