@@ -14,8 +14,8 @@ description:
     used memory before and after the reset (C(USED BEFORE (MiB)), C(USED AFTER (MiB)), the figure
     that C(USED (MiB)) shows in the status table), and the processes that held each GPU with what
     happened to them.
-  - Processes stopped only because they shared a session or process group with a GPU holder
-    follow on lines of their own.
+  - Processes stopped because they belong to a GPU holder's server (its launcher's process tree,
+    its orphans, its service's cgroup) without holding a GPU themselves follow on lines of their own.
   - Command lines are cut to O(cmdline_width) characters; C(gpu_reset_report) keeps them whole.
 options:
   _input:
