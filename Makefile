@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units lint integration contract containers molecule awx
+test: sanity units lint integration reliability contract containers molecule awx
 	@echo "all test tiers passed"
 
 sanity: collection
@@ -35,6 +35,10 @@ lint: collection
 
 integration: collection
 	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
+
+# Bad inputs refused before anything stops, faults survived, secrets kept: prints its counts at the end.
+reliability: collection
+	python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests/reliability
 
 contract: bootstrap
 	python -m pytest -p no:cacheprovider tests/contract

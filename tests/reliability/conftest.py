@@ -1,0 +1,127 @@
+"""The reliability suite: the integration tier's simulated hosts and fixtures, its serving hosts, and its figures.
+
+Tests marked `bad_input` or `fault` are counted; every ansible run's output (and the state directories
+and process command lines looked at) is scanned for the suite's secrets. The closing summary prints
+"bad inputs rejected before any stop N/N, faults survived N/N, secrets found 0"; a secret found fails the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+INTEGRATION = Path(__file__).resolve().parents[1] / 'integration'
+sys.path.insert(0, str(INTEGRATION))
+
+# The integration tier's fixtures, loaded under a name of their own (two conftest modules cannot share one).
+_SPEC = importlib.util.spec_from_file_location('integration_conftest', INTEGRATION / 'conftest.py')
+_INTEGRATION = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_INTEGRATION)
+simulated_library = _INTEGRATION.simulated_library
+make_host = _INTEGRATION.make_host
+host = _INTEGRATION.host
+
+from reliability import SCAN, Serving  # noqa: E402  pylint: disable=wrong-import-position
+from simfleet import SimHost  # noqa: E402  pylint: disable=wrong-import-position
+
+COUNTS_KEY = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'bad_input: a bad input that must be rejected before anything stops')
+    config.addinivalue_line('markers', 'fault: a fault the relaunch must survive')
+    config.stash[COUNTS_KEY] = dict(bad_input=[0, 0], fault=[0, 0], secrets=[], outputs=0, failed=[])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    """Hands the secrets found by this test's runs (its fixtures' setup and teardown included) to the summary."""
+    yield
+    item.user_properties.append(('reliability_scan', dict(outputs=SCAN['outputs'], hits=list(SCAN['hits']))))
+    SCAN['outputs'] = 0
+    SCAN['hits'].clear()
+
+
+@pytest.fixture(scope='module')
+def serving(tmp_path_factory, simulated_library):  # pylint: disable=redefined-outer-name,unused-argument
+    """One host serving for the whole module (4 GPUs, the server on GPU 0, every kind of secret)."""
+    root = tmp_path_factory.mktemp('serving')
+    sim = SimHost(root, 'node-r', gpu_count=4)
+    server = Serving(sim, root)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        sim.cleanup()
+
+
+@pytest.fixture
+def intact(serving):  # pylint: disable=redefined-outer-name
+    """The serving host, serving as started, and its fingerprint before the case."""
+    serving.ensure()
+    return serving, serving.fingerprint()
+
+
+def _kind(report) -> str | None:
+    for kind in ('bad_input', 'fault'):
+        if kind in report.keywords:
+            return kind
+    return None
+
+
+def pytest_runtest_logreport(report):
+    """On the controller (xdist forwards every worker's reports here)."""
+    counts = _counts
+    if counts is None:
+        return
+    kind = _kind(report)
+    if kind and (report.when == 'call' or (report.when == 'setup' and not report.passed)):
+        counts[kind][1] += 1
+        # An xfail (a known bug) is a case the code does not survive yet: it is not counted as passed.
+        if report.passed and not hasattr(report, 'wasxfail'):
+            counts[kind][0] += 1
+        else:
+            counts['failed'].append(report.nodeid.split('::', 1)[1])
+    if report.when == 'teardown':
+        for key, value in report.user_properties:
+            if key == 'reliability_scan':
+                counts['outputs'] += value['outputs']
+                counts['secrets'].extend('%s: %s' % (report.nodeid.split('::', 1)[1], hit) for hit in value['hits'])
+
+
+_counts: dict | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _counts  # pylint: disable=global-statement
+    _counts = session.config.stash[COUNTS_KEY]
+
+
+def summary_line(counts: dict) -> str:
+    return ('bad inputs rejected before any stop %d/%d, faults survived %d/%d, secrets found %d (in %d outputs scanned)'
+            % (counts['bad_input'][0], counts['bad_input'][1], counts['fault'][0], counts['fault'][1],
+               len(counts['secrets']), counts['outputs']))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
+    if hasattr(config, 'workerinput'):
+        return
+    counts = config.stash[COUNTS_KEY]
+    terminalreporter.section('reliability')
+    terminalreporter.write_line(summary_line(counts))
+    for name in counts['failed']:
+        terminalreporter.write_line('  not survived (yet): %s' % name)
+    for hit in counts['secrets']:
+        terminalreporter.write_line('  SECRET FOUND: %s' % hit)
+
+
+def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
+    if hasattr(session.config, 'workerinput'):
+        return
+    if session.config.stash[COUNTS_KEY]['secrets']:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
