@@ -215,3 +215,13 @@ def test_the_preflight_tag_runs_the_checks_alone(fleet):
     assert all(steps_running(v) == 2 for v in fleet['vars'].values())
     refused = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=0', '--tags', 'sglang_server_preflight', *BATCH)
     assert refused.returncode != 0 and 'speculative.num_steps: 0' in refused.stdout
+
+
+def test_a_missing_interpreter_is_named_with_what_to_do(make_host, tmp_path):
+    host = make_host('node-fresh', gpu_count=1)
+    hvars = host_vars(host, ansible_python_interpreter='/opt/nowhere/venv/bin/python')
+    inventory = write_inventory(tmp_path / 'inventory.json', {host.name: hvars})
+    out = run(inventory, 'relaunch.yml', '-e', 'steps=3')
+    assert out.returncode != 0 and 'Relaunch the fleet, rolling' not in out.stdout
+    assert ('ansible_python_interpreter /opt/nowhere/venv/bin/python does not run on this host' in out.stdout
+            and 'run ansible-playbook gpufleet.sglang.install first' in out.stdout), out.stdout[-3000:]
