@@ -24,6 +24,9 @@ BUGS = {
     'play-port-true': "relaunch.yml accepts sglang_server_port: true: roles/sglang_server/tasks/instances.yml passes "
                       "`sglang_server_port | int`, which turns true into 1, so the preflight passes and the serving "
                       "server is stopped and relaunched",
+    'play-batch-abc': "relaunch.yml -e batch=abc fails only after the preflight, and the preflight (sglang_launch in "
+                      "check mode) has rewritten <state_dir>/relaunch.lock: HostLock.probe() takes the lock and writes "
+                      "its own pid, user and start time into the file, though check mode is documented to write nothing",
     'kill-gpu-superscript-two': "gpu_kill gpus: ['\u00b2'] ends in a traceback naming no field (invalid literal for int() "
                                 "with base 10): _nvml.Nvml.select takes str.isdigit(), true for superscript digits, for an "
                                 "index and int() raises ValueError, which gpu_kill does not catch",
@@ -64,6 +67,8 @@ CASES = [
     case('launch', 'log_file-NUL', ['log_file', repr('/tmp/sglang' + NUL + '.log')], inst=dict(log_file='/tmp/sglang' + NUL + '.log')),
     case('launch', 'state_dir-newline', ['state_dir', '\\n'], task=dict(state_dir='{state_dir}\nExecStartPre=/bin/true')),
     case('launch', 'state_dir-NUL', ['state_dir', '\\x00'], task=dict(state_dir='{state_dir}' + NUL + 'x')),
+    case('launch', 'state_dir-symlink', ['state_dir', '{state_link}', 'symbolic link'], task=dict(state_dir='{state_link}')),
+    case('launch', 'log_file-symlink', ['log_file', '{log_link}', 'symbolic link'], inst=dict(log_file='{log_link}')),
     case('launch', 'api_key-non-ascii', ['api_key', 'non-ASCII'], inst=dict(api_key='sk-ключ-reliability')),
     case('launch', 'api_key-newline', ['api_key', 'control'], inst=dict(api_key='sk-reliability\nX-Evil: 1')),
     case('launch', 'name-dotdot', ['name', "'../x'"], inst=dict(name='../x')),
@@ -126,6 +131,8 @@ CASES = [
     # ------------------------------------------------------------ relaunch.yml -e ...
     case('play', 'steps-abc', ['num_steps', 'abc'], extra=['-e', 'steps=abc']),
     case('play', 'steps-negative', ['speculative.num_steps: -1'], extra=['-e', 'steps=-1']),
+    case('play', 'name-dotdot', ['name', "'../x'"], extra=['-e', '{"sglang_server_name": "../x"}']),
+    case('play', 'batch-abc', ['batch', 'abc'], extra=['-e', 'batch=abc']),
     case('play', 'target-nosuch', ["target 'nosuch.invalid' matches no host"], extra=['-e', 'target=nosuch.invalid']),
     case('play', 'topk-mismatch-strict', ['num_draft_tokens', '7'], extra=['-e', 'steps=2', '-e', 'topk=1', '-e', 'draft_tokens=7']),
     case('play', 'draft-missing-local', ['draft_model_path', '/nonexistent/reliability-draft'],
@@ -192,7 +199,8 @@ def attempt(server, kind: str, how: dict, fill: dict) -> tuple[bool, str]:
 def check_case(intact, kind: str, how: dict, expect: list) -> None:
     """Run one case against the serving host `intact` (server, fingerprint before) and assert all it must hold."""
     server, before = intact
-    fill = dict(state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1)
+    fill = dict(state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1,
+                **server.links)
     holder = server.host.hold(how['hold'], 2048, 'reliability-trainer') if 'hold' in how else None
     try:
         failed, said = attempt(server, kind, how, fill)

@@ -51,6 +51,11 @@ def serving(tmp_path_factory, simulated_library):  # pylint: disable=redefined-o
     root = tmp_path_factory.mktemp('serving')
     sim = SimHost(root, 'node-r', gpu_count=4)
     server = Serving(sim, root)
+    # Symbolic links to the state directory and to a log file elsewhere, for the cases that give them.
+    server.links = dict(state_link=root / 'state-link', log_link=root / 'log-link')
+    server.links['state_link'].symlink_to(server.state_dir, target_is_directory=True)
+    (root / 'elsewhere.log').write_text('')
+    server.links['log_link'].symlink_to(root / 'elsewhere.log')
     try:
         server.start()
         yield server

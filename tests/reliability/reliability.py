@@ -160,6 +160,7 @@ class Serving:
         self.inventory = write_inventory(inventory_dir / ('%s.inventory.json' % host.name), {host.name: self.vars})
         self.state_dir = Path(self.vars['sglang_server_state_dir'])
         self.starts = 0
+        self.links: dict = {}
 
     def start(self) -> None:
         self.starts += 1
