@@ -23,7 +23,7 @@ BUGS = {
                         "stopped and one with `--port True` started (it fails and is rolled back: a new server pid)",
     'play-port-true': "relaunch.yml accepts sglang_server_port: true: roles/sglang_server/tasks/instances.yml passes "
                       "`sglang_server_port | int`, which turns true into 1, so the preflight passes and the serving "
-                      "server is stopped and relaunched",
+                      "server is stopped and relaunched on port 1 (the run succeeds, url http://127.0.0.1:1)",
     'play-batch-abc': "relaunch.yml -e batch=abc fails only after the preflight, and the preflight (sglang_launch in "
                       "check mode) has rewritten <state_dir>/relaunch.lock: HostLock.probe() takes the lock and writes "
                       "its own pid, user and start time into the file, though check mode is documented to write nothing",
