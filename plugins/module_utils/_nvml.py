@@ -163,7 +163,8 @@ class Nvml:
         indexes = set()
         for raw in selectors:
             text = str(raw).strip()
-            if text.isdigit():
+            # ASCII digits only: str.isdigit() is also true for '²', which int() refuses.
+            if text.isascii() and text.isdigit():
                 index = int(text)
                 if index >= count:
                     raise NvmlError('%s: GPU %s does not exist on host %s, which has %d GPU(s) (indexes 0-%d)'

@@ -141,7 +141,8 @@ class InstanceSpec:
         spec = params['speculative'] or {}
         for field, value in (('model_path', params['model_path']), ('speculative.draft_model_path', spec.get('draft_model_path'))):
             self.validate_model_path(field, value)
-        if not 1 <= params['port'] <= 65535:
+        # A YAML true is an int to AnsibleModule (bool is a subclass of int): refused, not taken as port 1.
+        if isinstance(params['port'], bool) or not 1 <= params['port'] <= 65535:
             raise self.error('port: %s is out of range; it must be 1-65535' % params['port'])
         if not params['host'] or not HOST_RE.match(params['host']):
             raise self.error('host: %r is not a bare address or host name' % params['host'])
@@ -363,11 +364,20 @@ class HostLock:
         os.pwrite(self.fd, json.dumps(info).encode('utf-8'), 0)
 
     def probe(self) -> None:
-        """Refuse now if another run holds the lock (check mode): take it and let it go at once."""
-        if not os.path.exists(self.path):
+        """Refuse now if another run holds the lock (check mode): try it, write nothing, let it go at once."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
             return
-        self.acquire()
-        self.release()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise LaunchError('another relaunch runs on this host: %s holds %s; wait for it to end'
+                                  % (self.holder(), self.path)) from None
+            raise
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self.fd is not None:

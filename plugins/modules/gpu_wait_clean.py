@@ -127,6 +127,8 @@ polls:
   sample: 24
 '''
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
@@ -148,8 +150,9 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
     params = module.params
     for field, low in (('max_used_mib', 0), ('timeout', 0), ('poll_interval', 0.01)):
-        if params[field] < low:
-            module.fail_json(msg='%s: %s is out of range; it must be at least %s' % (field, params[field], low))
+        # nan compares false with everything and inf never passes: a wait must end.
+        if not math.isfinite(params[field]) or params[field] < low:
+            module.fail_json(msg='%s: %s is out of range; it must be a finite number, at least %s' % (field, params[field], low))
 
     result = dict(changed=False, gpus=[], waited=0.0, polls=0)
     try:

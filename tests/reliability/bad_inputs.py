@@ -17,27 +17,7 @@ from reliability import SECRETS, Timeout, module, playbook
 
 # The bugs the cases still show, by case id; the owner removes an entry with the fix (strict: a fixed bug
 # fails its xfail, so an entry cannot outlive its bug).
-BUGS = {
-    'launch-port-true': "sglang_launch accepts port: true until after the stop: AnsibleModule's int type lets a bool "
-                        "through and validate_basics' range check 1 <= True <= 65535 holds, so the serving server is "
-                        "stopped and one with `--port True` started (it fails and is rolled back: a new server pid)",
-    'play-port-true': "relaunch.yml accepts sglang_server_port: true: roles/sglang_server/tasks/instances.yml passes "
-                      "`sglang_server_port | int`, which turns true into 1, so the preflight passes and the serving "
-                      "server is stopped and relaunched on port 1 (the run succeeds, url http://127.0.0.1:1)",
-    'play-batch-abc': "relaunch.yml -e batch=abc fails only after the preflight, and the preflight (sglang_launch in "
-                      "check mode) has rewritten <state_dir>/relaunch.lock: HostLock.probe() takes the lock and writes "
-                      "its own pid, user and start time into the file, though check mode is documented to write nothing",
-    'kill-gpu-superscript-two': "gpu_kill gpus: ['\u00b2'] ends in a traceback naming no field (invalid literal for int() "
-                                "with base 10): _nvml.Nvml.select takes str.isdigit(), true for superscript digits, for an "
-                                "index and int() raises ValueError, which gpu_kill does not catch",
-    'wait-gpu-superscript-two': "gpu_wait_clean gpus: ['\u00b2'] ends in a traceback naming no field (invalid literal for "
-                                "int() with base 10): _nvml.Nvml.select takes str.isdigit(), true for superscript digits, "
-                                "for an index and int() raises ValueError, which gpu_wait_clean does not catch",
-    'wait-timeout-nan': "gpu_wait_clean accepts timeout: nan (main() checks only timeout < 0, false for nan): on a busy "
-                        "GPU `now >= deadline` is never true and the module polls forever (killed after 8 s here)",
-    'wait-timeout-inf': "gpu_wait_clean accepts timeout: inf (main() checks only timeout < 0): on a busy GPU the "
-                        "module polls forever instead of refusing a timeout that is not finite (killed after 8 s here)",
-}
+BUGS: dict = {}
 
 
 def case(kind: str, name: str, expect, **how) -> pytest.param:
