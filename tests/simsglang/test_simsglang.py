@@ -413,3 +413,12 @@ def test_ignore_sigterm(tmp_path, host_dir, servers):
         time.sleep(POLL * 2)
     assert len(titled(server.pgid, "sglang::")) == 2
     server.kill_group()
+
+
+def test_a_local_model_path_that_does_not_exist_fails_the_start(tmp_path):
+    # As the real server does while loading: the launch fails, naming the path.
+    missing = str(tmp_path / 'no-such-model')
+    out = subprocess.run([sys.executable, '-m', 'sglang.launch_server', '--model-path', missing, '--port', '1'],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SIMGPU_ROOT)])))
+    assert out.returncode != 0 and "Can't load the configuration of '%s'" % missing in out.stdout + out.stderr

@@ -302,6 +302,13 @@ def main(argv):
         settings = config.load(server_args["model_path"])
     except config.ConfigError as exc:
         _fail_before_start(str(exc), "RuntimeError")
+    # Like SGLang (through transformers' AutoConfig), a local path that is not there fails the load; a
+    # name that is not a local path is taken as a model id (the simulation needs no hub).
+    for key in ("model_path", "speculative_draft_model_path"):
+        path = server_args.get(key)
+        if path and path.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(path)):
+            _fail_before_start("Can't load the configuration of '%s': make sure it is the correct path to a "
+                               "directory containing a config.json file" % path, "OSError")
     server_args["served_model_name"] = server_args.get("served_model_name") or server_args["model_path"]
     server_args["tokenizer_path"] = server_args.get("tokenizer_path") or server_args["model_path"]
     resolve_speculative(server_args, settings)
