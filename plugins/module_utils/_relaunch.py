@@ -123,6 +123,9 @@ class InstanceSpec:
         log_file = params.get('log_file')
         if log_file and os.path.islink(log_file):
             raise self.error('log_file: %s is a symbolic link; give the file itself' % log_file)
+        if log_file and os.path.exists(log_file) and os.stat(log_file).st_uid != os.geteuid():
+            raise self.error('log_file: %s belongs to uid %d, not to the user that manages the server (uid %d)'
+                             % (log_file, os.stat(log_file).st_uid, os.geteuid()))
         if params['smoke_max_tokens'] < 0:
             raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more'
                              % params['smoke_max_tokens'])
@@ -444,6 +447,9 @@ class Relaunch:
                 raise SpecError('%s: %s is out of range; it must be a finite number of seconds above 0' % (field, self.params[field]))
         if os.path.islink(self.state_dir):
             raise SpecError('state_dir: %s is a symbolic link; give the directory itself' % self.state_dir)
+        if os.path.isdir(self.state_dir) and os.stat(self.state_dir).st_uid != os.geteuid():
+            raise SpecError('state_dir: %s belongs to uid %d, not to the user that manages the servers (uid %d)'
+                            % (self.state_dir, os.stat(self.state_dir).st_uid, os.geteuid()))
         if CONTROL_RE.search(self.state_dir):
             raise SpecError('state_dir: %r contains a control character (newline, NUL, ...)' % self.state_dir)
         if self.params['max_used_mib'] < 0:

@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import io
 import os
+import re
 import sys
 
 import pytest
@@ -113,6 +114,18 @@ def test_generated_data_module_was_not_edited_by_hand(extracted):
     assert committed == generator.render_module(extracted), (
         "_sglang_flags_data.py differs from what the generator writes: python hacking/generate_sglang_flags.py "
         "--version %s --write" % extracted["version"])
+
+
+def test_every_flag_that_carries_a_secret_has_an_option_of_its_own(extracted):
+    # A secret given in extra_args would land on the command line (/proc/PID/cmdline, readable by every user)
+    # and in the unit file; sglang_launch has an option for each such flag and passes it through --config.
+    looks_secret = re.compile(r"(api-key|password|passwd|secret|credential|private-key|auth-token|access-token|hf-token)")
+    secret_flags = sorted(flag for flag, spec in extracted["flags"].items()
+                          if flag == spec["canonical"] and spec["takes_value"] and looks_secret.search(flag))
+    assert secret_flags == ["--admin-api-key", "--api-key", "--ssl-keyfile-password"], (
+        "a new flag of SGLang %s may carry a secret: give it an option of sglang_launch that goes through the "
+        "--config file (SECRET_OPTIONS in _relaunch.py) and add it to MANAGED_FLAGS: %s" % (extracted["version"], secret_flags))
+    assert all(flag in flags.MANAGED_FLAGS for flag in secret_flags)
 
 
 @pytest.mark.parametrize("flag", sorted(flags.MANAGED_FLAGS))
