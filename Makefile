@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration lint contract containers molecule awx bench bench-relaunch lock clean
+.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx bench bench-relaunch lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
