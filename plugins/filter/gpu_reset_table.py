@@ -23,7 +23,9 @@ options:
     type: dict
     required: true
   cmdline_width:
-    description: Characters of a process's command line shown in the table; longer ones end in C(...).
+    description:
+      - Characters of a process's command line shown in the table, for the GPU holders and the processes stopped
+        beside them alike; longer ones end in C(...).
     type: int
     default: 60
 author:
@@ -31,24 +33,23 @@ author:
 '''
 
 EXAMPLES = r'''
-- name: Print one table for the whole play
+- name: Print what the reset did to every GPU of the play, with command lines of up to 100 characters
+  vars:
+    reports: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'gpu_reset_report'))) }}"
   ansible.builtin.debug:
-    msg: >-
-      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'gpu_reset_report')))
-         | gpufleet.sglang.gpu_reset_table }}
+    msg: "{{ reports | gpufleet.sglang.gpu_reset_table(cmdline_width=100) }}"
   run_once: true
 '''
 
 RETURN = r'''
 _value:
-  description: The table, one string per line, columns aligned.
+  description: The table, one string per line; the header, a row per GPU and holder, then the processes stopped beside them.
   type: list
   elements: str
 '''
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import CMDLINE_WIDTH, align, cut
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
+    CMDLINE_WIDTH, align, cut, placeholder_row, process_text, require_mapping)
 
 HEADER = ('HOST', 'GPU', 'USED BEFORE (MiB)', 'USED AFTER (MiB)', 'HELD BY (before the reset)')
 
@@ -65,27 +66,21 @@ def _fate(proc: dict, killed: dict, spared: dict) -> str:
     return 'left alone'
 
 
-def _holder(proc: dict, killed: dict, spared: dict, width: int) -> str:
-    used = '?' if proc.get('used_mib') is None else proc['used_mib']
-    return 'pid %d %s %s MiB (%s)' % (proc['pid'], cut(proc.get('cmdline') or '<not visible>', width), used, _fate(proc, killed, spared))
-
-
 def gpu_reset_table(reports: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
-    if not isinstance(reports, dict):
-        raise AnsibleFilterError('gpu_reset_table expects a mapping of host name to gpu_reset_report, got %s' % type(reports).__name__)
+    require_mapping(reports, 'gpu_reset_table', 'gpu_reset_report')
     width = int(cmdline_width)
     rows = [HEADER]
     extra = []
     for host in sorted(reports):
         report = reports[host]
         if not isinstance(report, dict) or 'before' not in report:
-            rows.append((host, '-', '-', '-', 'no report (the host failed or was skipped)'))
+            rows.append(placeholder_row(host, HEADER, 'no report (the host failed or was skipped)'))
             continue
         killed = dict((p['pid'], p) for p in report.get('killed') or [])
         spared = dict((p['pid'], p) for p in report.get('spared') or [])
         after = dict((g['index'], g) for g in report.get('after') or [])
         for gpu in report['before']:
-            holders = [_holder(p, killed, spared, width) for p in gpu.get('processes') or []] or ['-']
+            holders = ['%s (%s)' % (process_text(p, width), _fate(p, killed, spared)) for p in gpu.get('processes') or []] or ['-']
             used_after = after.get(gpu['index'], {}).get('used_mib', '?')
             rows.append((host, str(gpu['index']), str(gpu['used_mib']), str(used_after), holders[0]))
             rows.extend(('', '', '', '', h) for h in holders[1:])

@@ -29,7 +29,7 @@ author:
 '''
 
 EXAMPLES = r'''
-- name: Print one table for the whole play
+- name: Print the relaunch summary of the whole play
   ansible.builtin.debug:
     msg: >-
       {{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'sglang_server_report')
@@ -40,72 +40,28 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: The table, one string per line, columns aligned.
+  description: The summary, one string per line; the header, a row per host and instance, then why any was rolled back or failed.
   type: list
   elements: str
 '''
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import instance_table, number, speculative_text
 
 # Column names are shared with the status, reset and stop tables: one name, one figure, its unit in
 # the name (tests/unit/plugins/filter/test_table_headers.py holds them to it).
 HEADER = ('HOST', 'INSTANCE', 'OLD', 'NEW', 'DOWN (s)', 'TO READY (s)', 'SMOKE TOK/S', 'SMOKE ACCEPT (tok/step)', 'RESULT')
 RIGHT = (4, 5, 6, 7)
-# Command lines in a table are cut to this many characters; the registered results keep them whole.
-CMDLINE_WIDTH = 60
+# The row of a host that has no report.
+MISSING = 'not relaunched (no report: failed earlier or skipped)'
 
 
-def speculative_text(spec) -> str:
-    if not isinstance(spec, dict):
-        return '-'
-    algorithm = spec.get('algorithm')
-    if not algorithm:
-        return 'none'
-    numbers = [spec.get(k) for k in ('num_steps', 'eagle_topk', 'num_draft_tokens')]
-    if all(n is None for n in numbers):
-        return str(algorithm)
-    return '%s %s' % (algorithm, '/'.join('?' if n is None else str(n) for n in numbers))
-
-
-def number(value, digits: int) -> str:
-    if value is None or value == '':
-        return '-'
-    try:
-        return ('%.' + str(digits) + 'f') % float(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def cut(text, width: int = CMDLINE_WIDTH) -> str:
-    """One line of at most `width` characters; '...' ends what was cut."""
-    text = ' '.join(str(text).split())
-    return text if len(text) <= width else text[:max(width - 3, 1)].rstrip() + '...'
-
-
-def align(rows: list, right: tuple = ()) -> list[str]:
-    """Rows of strings as lines, columns two spaces apart; the last column is left ragged."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ['  '.join([r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip()
-            for r in rows]
+def _cells(row: dict) -> tuple[str, ...]:
+    return (speculative_text(row.get('old')), speculative_text(row.get('new')), number(row.get('seconds_down'), 1),
+            number(row.get('seconds_to_ready'), 1), number(row.get('tok_s'), 1), number(row.get('accept_length'), 2))
 
 
 def relaunch_table(reports: dict) -> list[str]:
-    if not isinstance(reports, dict):
-        raise AnsibleFilterError('relaunch_table expects a mapping of host name to sglang_server_report, got %s' % type(reports).__name__)
-    rows = [HEADER]
-    notes = []
-    for host in sorted(reports):
-        report = reports[host]
-        if not isinstance(report, list) or not report:
-            rows.append((host, '-', '-', '-', '-', '-', '-', '-', 'not relaunched (no report: failed earlier or skipped)'))
-            continue
-        for row in report:
-            rows.append((host, str(row.get('name', '?')), speculative_text(row.get('old')), speculative_text(row.get('new')),
-                         number(row.get('seconds_down'), 1), number(row.get('seconds_to_ready'), 1),
-                         number(row.get('tok_s'), 1), number(row.get('accept_length'), 2), str(row.get('result', '?'))))
-            if row.get('message'):
-                notes.append('%s/%s: %s' % (host, row.get('name', '?'), ' '.join(str(row['message']).split())))
-    return align(rows, RIGHT) + notes
+    return instance_table(reports, 'relaunch_table', 'sglang_server_report', HEADER, RIGHT, MISSING, _cells)
 
 
 class FilterModule:

@@ -26,7 +26,7 @@ options:
     type: dict
     required: true
   cmdline_width:
-    description: Characters of a process's command line shown in the table; longer ones end in C(...).
+    description: Characters of a GPU process's command line shown in C(HELD BY); longer ones end in C(...).
     type: int
     default: 60
 author:
@@ -47,21 +47,12 @@ _value:
   elements: str
 '''
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import CMDLINE_WIDTH, align, cut, number, speculative_text
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
+    CMDLINE_WIDTH, align, number, placeholder_row, process_text, require_mapping, speculative_text)
 
 GPU_HEADER = ('HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)')
 SERVER_HEADER = ('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'SERVER ACCEPT (tok/step)', 'SERVER TOK/S',
                  'VERSION')
-
-
-def _processes(gpu: dict, width: int) -> str:
-    procs = gpu.get('processes') or []
-    if not procs:
-        return '-'
-    return ', '.join('pid %s %s %s MiB' % (p.get('pid'), cut(p.get('cmdline') or '<not visible>', width),
-                                           '?' if p.get('used_mib') is None else p['used_mib']) for p in procs)
 
 
 def _health(instance: dict) -> str:
@@ -74,26 +65,28 @@ def _health(instance: dict) -> str:
     return 'unhealthy (%s)' % (instance.get('health_status') or 'no answer')
 
 
+def _server_row(host: str, inst: dict) -> tuple[str, ...]:
+    config = inst.get('config') or {}
+    spec = inst.get('speculative') if inst.get('speculative') is not None else config.get('speculative')
+    return (host, str(inst.get('name')), str(config.get('port', '-')), ','.join(str(g) for g in config.get('gpus') or []) or '-',
+            str(inst.get('pid') or '-'), speculative_text(spec), _health(inst), number(inst.get('accept_length'), 2),
+            number(inst.get('gen_throughput'), 1), str(inst.get('version') or '-'))
+
+
 def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
-    if not isinstance(status, dict):
-        raise AnsibleFilterError('sglang_status_table expects a mapping of host name to {gpus, instances}, got %s' % type(status).__name__)
+    require_mapping(status, 'sglang_status_table', '{gpus, instances}')
+    width = int(cmdline_width)
     gpu_rows = [GPU_HEADER]
     server_rows = [SERVER_HEADER]
     for host in sorted(status):
         entry = status[host] if isinstance(status[host], dict) else {}
         for gpu in entry.get('gpus') or []:
-            gpu_rows.append((host, str(gpu.get('index')), str(gpu.get('used_mib')), str(gpu.get('total_mib')), _processes(gpu, int(cmdline_width))))
+            holders = ', '.join(process_text(p, width) for p in gpu.get('processes') or []) or '-'
+            gpu_rows.append((host, str(gpu.get('index')), str(gpu.get('used_mib')), str(gpu.get('total_mib')), holders))
         if not entry.get('gpus'):
-            gpu_rows.append((host, '-', '-', '-', 'no GPU information (the host failed or was skipped)'))
-        instances = entry.get('instances') or []
-        for inst in instances:
-            config = inst.get('config') or {}
-            spec = inst.get('speculative') if inst.get('speculative') is not None else config.get('speculative')
-            server_rows.append((host, str(inst.get('name')), str(config.get('port', '-')),
-                                ','.join(str(g) for g in config.get('gpus') or []) or '-', str(inst.get('pid') or '-'),
-                                speculative_text(spec), _health(inst), number(inst.get('accept_length'), 2),
-                                number(inst.get('gen_throughput'), 1), str(inst.get('version') or '-')))
-        if not instances:
+            gpu_rows.append(placeholder_row(host, GPU_HEADER, 'no GPU information (the host failed or was skipped)'))
+        server_rows.extend(_server_row(host, inst) for inst in entry.get('instances') or [])
+        if not entry.get('instances'):
             server_rows.append((host, '-', '-', '-', '-', '-', 'no SGLang instance', '-', '-', '-'))
     return align(gpu_rows, (1, 2, 3)) + [''] + align(server_rows, (2, 4, 7, 8))
 

@@ -17,6 +17,11 @@ description:
     result (stopped, unchanged when nothing ran, would stop in check mode, failed).
   - Why an instance failed follows on a line of its own.
   - A host without a result (it failed before, or was skipped) gets a row saying so.
+seealso:
+  - module: gpufleet.sglang.sglang_launch
+  - plugin: gpufleet.sglang.sglang_status_table
+    plugin_type: filter
+    description: What runs on the GPUs once the servers are stopped.
 options:
   _input:
     description: Host name to the C(instances) list of M(gpufleet.sglang.sglang_launch).
@@ -27,7 +32,7 @@ author:
 '''
 
 EXAMPLES = r'''
-- name: Print one table for the whole play
+- name: Print what stopping SGLang did on every host of the play
   ansible.builtin.debug:
     msg: >-
       {{ dict(ansible_play_hosts_all
@@ -39,39 +44,28 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: The table, one string per line, columns aligned.
+  description: The table, one string per line; the header, a row per host and instance, then why any failed.
   type: list
   elements: str
 '''
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import align, number
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import instance_table, number
 
 HEADER = ('HOST', 'INSTANCE', 'SIGNAL', 'STOP (s)', 'GPUS CLEAN AFTER (s)', 'SIGKILLED PIDS', 'RESULT')
 RIGHT = (3, 4)
+# The row of a host that has no result.
+MISSING = 'not stopped (no result: failed earlier or skipped)'
+
+
+def _cells(inst: dict) -> tuple[str, ...]:
+    stopped = inst.get('stopped') if isinstance(inst.get('stopped'), dict) else {}
+    clean = stopped.get('gpus_clean_after', inst.get('gpus_clean_after'))
+    killed = ','.join(str(pid) for pid in stopped.get('killed') or []) or '-'
+    return (str(stopped.get('signal') or '-'), number(stopped.get('seconds'), 1), number(clean, 1), killed)
 
 
 def sglang_stop_table(results: dict) -> list[str]:
-    if not isinstance(results, dict):
-        raise AnsibleFilterError('sglang_stop_table expects a mapping of host name to sglang_launch instances, got %s'
-                                 % type(results).__name__)
-    rows = [HEADER]
-    notes = []
-    for host in sorted(results):
-        instances = results[host]
-        if not isinstance(instances, list) or not instances:
-            rows.append((host, '-', '-', '-', '-', '-', 'not stopped (no result: failed earlier or skipped)'))
-            continue
-        for inst in instances:
-            stopped = inst.get('stopped') if isinstance(inst.get('stopped'), dict) else {}
-            clean = stopped.get('gpus_clean_after', inst.get('gpus_clean_after'))
-            killed = ','.join(str(pid) for pid in stopped.get('killed') or []) or '-'
-            rows.append((host, str(inst.get('name', '?')), str(stopped.get('signal') or '-'), number(stopped.get('seconds'), 1),
-                         number(clean, 1), killed, str(inst.get('result', '?'))))
-            if inst.get('message'):
-                notes.append('%s/%s: %s' % (host, inst.get('name', '?'), ' '.join(str(inst['message']).split())))
-    return align(rows, RIGHT) + notes
+    return instance_table(results, 'sglang_stop_table', 'sglang_launch instances', HEADER, RIGHT, MISSING, _cells)
 
 
 class FilterModule:

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpufleet.sglang.plugins.filter.gpu_reset_table import gpu_reset_table
 from ansible_collections.gpufleet.sglang.plugins.filter.relaunch_table import relaunch_table
 from ansible_collections.gpufleet.sglang.plugins.filter.sglang_status_table import sglang_status_table
@@ -98,3 +100,9 @@ def test_every_measured_column_carries_its_unit(table):
     for column, cell in zip(columns, cells):
         if re.fullmatch(r'\d+(\.\d+)?', cell) and column not in IDENTIFIERS:
             assert any(unit in column for unit in UNITS), '%s: column %r holds %s without a unit' % (table, column, cell)
+
+
+@pytest.mark.parametrize('table', [relaunch_table, sglang_status_table, gpu_reset_table, sglang_stop_table])
+def test_every_table_refuses_what_is_not_a_mapping_by_its_name(table):
+    with pytest.raises(AnsibleFilterError, match='^%s expects a mapping of host name to .*, got list$' % table.__name__):
+        table(['node-a'])
