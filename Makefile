@@ -20,8 +20,12 @@ demo: bootstrap
 test: sanity units lint integration reliability contract containers molecule awx
 	@echo "all test tiers passed"
 
+# Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
+# come from their version_added, never from a fragment).
 sanity: collection
 	cd .build/ansible_collections/gpufleet/sglang && ansible-test sanity --venv --python 3.11 --color no
+	antsibull-changelog lint
+	antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
 
 units: collection
 	cd .build/ansible_collections/gpufleet/sglang && ansible-test units --venv --python 3.11 --color no
