@@ -24,7 +24,12 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._supervisors import Supervisor, supervisor_for
 
+# Defaults written once: the modules' argument specs import them; their DOCUMENTATION, the roles' defaults and
+# argument specs repeat them as literals, and tests/unit/plugins/test_one_source.py holds those to these.
 DEFAULT_STATE_DIR = '/var/lib/gpufleet-sglang'
+# SGLang's virtual environment as gpufleet.sglang.sglang_install makes it, and the interpreter in it.
+DEFAULT_VENV = '/opt/sglang/venv'
+DEFAULT_PYTHON = DEFAULT_VENV + '/bin/python'
 # An instance name: it names files in the state directory and a systemd unit, so no path may hide in it.
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
 # Keys of /server_info and flags of a command line whose values are secrets.

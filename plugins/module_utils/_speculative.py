@@ -10,17 +10,29 @@
 
 The launch module, the role's preflight and the simulated server all decide with these functions, so
 what the collection accepts, what it puts on the command line and what the simulator reports agree.
-Pure functions, standard library only. The rules follow SGLang 0.5.23
+Pure functions, standard library only. The rules follow the pinned SGLang release
 (sglang/srt/arg_groups/speculative_hook.py and sglang/srt/speculative/spec_info.py); the contract
-test holds ALGORITHMS to the real wheel.
+test holds them to the real wheel. The release and its algorithm names are read from the generated
+flag table, _sglang_flags_data.py, so they are written down once.
 """
 
 from __future__ import annotations
 
-SGLANG_VERSION = "0.5.23"
+try:
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags_data import (
+        SGLANG_VERSION,
+        SPECULATIVE_ALGORITHM_DOCUMENTED,
+    )
+except ImportError:
+    # Read as a plain file with plugins/module_utils on sys.path, outside an ansible_collections tree (the AWX
+    # tests check the surveys against these rules that way): the generated table is then a top-level module.
+    from _sglang_flags_data import (  # type: ignore[no-redef]  # pylint: disable=import-error
+        SGLANG_VERSION,
+        SPECULATIVE_ALGORITHM_DOCUMENTED,
+    )
 
 # The builtins --speculative-algorithm documents. SGLang upper-cases the name; NEXTN is an alias of EAGLE.
-ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+ALGORITHMS = SPECULATIVE_ALGORITHM_DOCUMENTED
 ALIASES = {"NEXTN": "EAGLE"}
 # Names SpeculativeAlgorithm also knows but that are not for operators: NONE means "off" (we use null),
 # and SGLang promotes EAGLE/NEXTN to FROZEN_KV_MTP by itself when the draft is a Gemma4 assistant.
@@ -190,7 +202,7 @@ class _Outcome(object):
 def resolve(algorithm=None, draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None,
             max_running_requests=None, model_architecture=None, ngram_max_bfs_breadth=None, strict=True,
             field_prefix="speculative"):
-    """Check speculative settings the way SGLang 0.5.23 would, and say what will actually run.
+    """Check speculative settings the way the pinned SGLang would, and say what will actually run.
 
     strict: refuse any setting SGLang would silently change or ignore. Otherwise return the
     correction and a warning. Settings SGLang refuses (or crashes on) raise SpeculativeError either way.

@@ -501,7 +501,7 @@ seconds_validate:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_STATE_DIR, SMOKE_PROMPT
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON, DEFAULT_STATE_DIR, SMOKE_PROMPT
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NVML_LIBRARY, PYNVML_IMPORT_ERROR, NvmlError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import READY_PATHS, LaunchError
@@ -524,7 +524,7 @@ INSTANCE_OPTIONS = dict(
     strict=dict(type='bool', default=True),
     extra_args=dict(type='dict', default={}),
     environment=dict(type='dict', default={}),
-    python=dict(type='str', default='/opt/sglang/venv/bin/python'),
+    python=dict(type='str', default=DEFAULT_PYTHON),
     run_as=dict(type='str'),
     log_file=dict(type='path'),
     api_key=dict(type='str', no_log=True),
