@@ -18,18 +18,10 @@ flag table, _sglang_flags_data.py, so they are written down once.
 
 from __future__ import annotations
 
-try:
-    from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags_data import (
-        SGLANG_VERSION,
-        SPECULATIVE_ALGORITHM_DOCUMENTED,
-    )
-except ImportError:
-    # Read as a plain file with plugins/module_utils on sys.path, outside an ansible_collections tree (the AWX
-    # tests check the surveys against these rules that way): the generated table is then a top-level module.
-    from _sglang_flags_data import (  # type: ignore[no-redef]  # pylint: disable=import-error
-        SGLANG_VERSION,
-        SPECULATIVE_ALGORITHM_DOCUMENTED,
-    )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags_data import (
+    SGLANG_VERSION,
+    SPECULATIVE_ALGORITHM_DOCUMENTED,
+)
 
 # The builtins --speculative-algorithm documents. SGLang upper-cases the name; NEXTN is an alias of EAGLE.
 ALGORITHMS = SPECULATIVE_ALGORITHM_DOCUMENTED

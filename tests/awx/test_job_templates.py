@@ -25,8 +25,9 @@ from awx_survey import SurveyRefused, element_errors, launch_extra_vars, spec_er
 from relaunch_fleet import host_vars, server_pid, state, stop_all
 from simfleet import REPO, VENV_BIN, alive, ansible_env
 
-sys.path.insert(0, str(REPO / 'plugins' / 'module_utils'))
-import _speculative  # noqa: E402  pylint: disable=wrong-import-position,import-error
+# The collection's rules, imported as the collection's own package (collections/ links to this checkout).
+sys.path.insert(0, str(REPO / 'collections'))
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _speculative  # noqa: E402  pylint: disable=wrong-import-position
 
 AWX = REPO / 'awx'
 TEMPLATES = yaml.safe_load((AWX / 'job_templates.yml').read_text())['gpufleet_awx_job_templates']

@@ -11,13 +11,11 @@ import pytest
 
 try:
     from ansible_collections.gpufleet.sglang.plugins.module_utils import _speculative as spec
-except ImportError:  # plain pytest from the repository root, outside an ansible_collections tree
-    import importlib.util
+except ImportError:  # plain pytest from the repository root: collections/ links the checkout as the collection
+    import sys
 
-    _PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins", "module_utils", "_speculative.py")
-    _SPEC = importlib.util.spec_from_file_location("_speculative", _PATH)
-    spec = importlib.util.module_from_spec(_SPEC)
-    _SPEC.loader.exec_module(spec)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections"))
+    from ansible_collections.gpufleet.sglang.plugins.module_utils import _speculative as spec
 
 
 @pytest.mark.parametrize("given, normalized, effective", [
