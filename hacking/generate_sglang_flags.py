@@ -77,13 +77,11 @@ def download_wheel(version, cache_dir=DEFAULT_CACHE):
     found = _cached_wheel(version, cache_dir)
     if found:
         return found
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "sglang==%s" % version, "-d", cache_dir]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "sglang==%s" % version, "-d", cache_dir]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     found = _cached_wheel(version, cache_dir)
     if proc.returncode != 0 or not found:
-        raise ExtractionError("could not download sglang==%s with %r (exit %d):\n%s"
-                              % (version, " ".join(cmd), proc.returncode, proc.stdout[-4000:]))
+        raise ExtractionError("could not download sglang==%s with %r (exit %d):\n%s" % (version, " ".join(cmd), proc.returncode, proc.stdout[-4000:]))
     return found
 
 
@@ -354,12 +352,11 @@ def run_helper(module, fname):
             target = module.wheel.module_by_name(stmt.module)
             for alias in stmt.names:
                 found = target.lookup(alias.name, stmt)
-                scope[alias.asname or alias.name] = (ClassRef(found[1], found[2]) if found[0] == "class" else found[1])
+                scope[alias.asname or alias.name] = ClassRef(found[1], found[2]) if found[0] == "class" else found[1]
             continue
         if isinstance(stmt, ast.Return):
             return module.eval(stmt.value, scope)
-        raise ExtractionError("%s: unsupported statement in helper %s: %s"
-                              % (module.where(stmt), fname, ast.unparse(stmt)[:80]))
+        raise ExtractionError("%s: unsupported statement in helper %s: %s" % (module.where(stmt), fname, ast.unparse(stmt)[:80]))
     raise ExtractionError("%s: helper %s returns nothing" % (module.where(func), fname))
 
 
@@ -375,16 +372,37 @@ def _check_arg_utils(wheel):
     if func is None:
         raise ExtractionError("%s: add_cli_args_from_dataclass is gone" % ARG_UTILS)
     src = ast.unparse(func)
-    for needle in ("'store_true'", "arg_meta.no_cli", "arg_meta.aliases", "arg_meta.cli_name",
-                   "_unwrap_literal", "origin is list and arg_meta.type_parser is None", "inner_type is bool",
-                   "arg_meta.nargs or '+'"):
+    for needle in (
+        "'store_true'",
+        "arg_meta.no_cli",
+        "arg_meta.aliases",
+        "arg_meta.cli_name",
+        "_unwrap_literal",
+        "origin is list and arg_meta.type_parser is None",
+        "inner_type is bool",
+        "arg_meta.nargs or '+'",
+    ):
         if needle not in src:
-            raise ExtractionError("%s: add_cli_args_from_dataclass no longer contains %s; "
-                                  "review the replay in hacking/generate_sglang_flags.py" % (ARG_UTILS, needle))
+            raise ExtractionError(
+                "%s: add_cli_args_from_dataclass no longer contains %s; review the replay in hacking/generate_sglang_flags.py" % (ARG_UTILS, needle)
+            )
     arg_cls = mod.classes.get("Arg")
     fields = [s.target.id for s in arg_cls.body if isinstance(s, ast.AnnAssign)]
-    known = {"help", "choices", "aliases", "cli_name", "type_parser", "nargs", "required", "action",
-             "action_kwargs", "const", "no_cli", "resolvable", "fallback"}
+    known = {
+        "help",
+        "choices",
+        "aliases",
+        "cli_name",
+        "type_parser",
+        "nargs",
+        "required",
+        "action",
+        "action_kwargs",
+        "const",
+        "no_cli",
+        "resolvable",
+        "fallback",
+    }
     if set(fields) - known:
         raise ExtractionError("%s: Arg has new fields %s" % (ARG_UTILS, sorted(set(fields) - known)))
 
@@ -471,8 +489,7 @@ def _field_meta(module, call_or_str):
         if kw.arg in ("type_parser", "action") and not isinstance(kw.value, ast.Constant):
             meta[kw.arg] = Opaque(ast.unparse(kw.value))
         elif kw.arg == "action_kwargs":
-            meta[kw.arg] = dict((k.value, ast.unparse(v) if k.value == "type" else module.eval(v))
-                                for k, v in zip(kw.value.keys, kw.value.values))
+            meta[kw.arg] = dict((k.value, ast.unparse(v) if k.value == "type" else module.eval(v)) for k, v in zip(kw.value.keys, kw.value.values))
         else:
             meta[kw.arg] = module.eval(kw.value)
     return meta
@@ -517,7 +534,7 @@ def _action_info(wheel, action):
     if init is None:
         return name, None  # plain argparse.Action: nargs as given, None means one value
     args = init.args
-    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults)) if args.defaults else {}
+    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults) :], args.defaults)) if args.defaults else {}
     if "nargs" in defaults:
         return name, ("nargs-default", actions.eval(defaults["nargs"]))
     return name, None
@@ -591,16 +608,14 @@ def _replay_field(wheel, table, module, name, stmt):
         return
     if inner.kind == "list" and meta.get("type_parser") is None:
         type_name = _type_name(inner.args[0])
-        _register(table, names, _spec("store", True, type_name, meta.get("choices") or None,
-                                      meta.get("nargs") or "+", dest=name), where)
+        _register(table, names, _spec("store", True, type_name, meta.get("choices") or None, meta.get("nargs") or "+", dest=name), where)
         return
     if inner.kind == "bool":
         _register(table, names, _spec("store_true", False, dest=name, const=True), where)
         return
     type_name = _opaque_name(meta.get("type_parser")) or _type_name(inner)
     required = meta.get("required") is True or (meta.get("required") is None and not has_default)
-    _register(table, names, _spec("store", True, type_name, meta.get("choices") or None, meta.get("nargs"),
-                                  required=required, dest=name), where)
+    _register(table, names, _spec("store", True, type_name, meta.get("choices") or None, meta.get("nargs"), required=required, dest=name), where)
 
 
 def _opaque_name(value):
@@ -692,8 +707,7 @@ def _replay_add_argument(wheel, server, table, call, scope):
     aname, info = _action_info(wheel, action)
     if aname == "BooleanOptionalAction":
         _register(table, names, _spec(aname, False, dest=dest, const=True), where)
-        _register(table, ["--no-" + n[2:] for n in names if n.startswith("--")],
-                  _spec(aname, False, dest=dest, const=False), where)
+        _register(table, ["--no-" + n[2:] for n in names if n.startswith("--")], _spec(aname, False, dest=dest, const=False), where)
         return
     if "nargs" in kwargs:
         nargs = kwargs["nargs"]
@@ -710,8 +724,12 @@ def _replay_add_argument(wheel, server, table, call, scope):
     type_name = _opaque_name(type_value) if isinstance(type_value, Opaque) else (type_value or "str")
     if isinstance(type_name, str) and type_name.startswith("builtins."):
         type_name = type_name.split(".", 1)[1]
-    _register(table, names, _spec(aname, takes_value, type_name, kwargs.get("choices"),
-                                  nargs if takes_value else None, kwargs.get("required", False), dest, const), where)
+    _register(
+        table,
+        names,
+        _spec(aname, takes_value, type_name, kwargs.get("choices"), nargs if takes_value else None, kwargs.get("required", False), dest, const),
+        where,
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-
     # What the attributes mean; each module states its support in its own documentation.
     DOCUMENTATION = r'''
 options: {}

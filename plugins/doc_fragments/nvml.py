@@ -6,7 +6,6 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-
     # Options and requirements shared by every module that reads GPUs through NVML.
     DOCUMENTATION = r'''
 options:

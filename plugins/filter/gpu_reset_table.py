@@ -48,8 +48,7 @@ _value:
   elements: str
 '''
 
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
-    CMDLINE_WIDTH, align, cut, placeholder_row, process_text, require_mapping)
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import CMDLINE_WIDTH, align, cut, placeholder_row, process_text, require_mapping
 
 HEADER = ('HOST', 'GPU', 'USED BEFORE (MiB)', 'USED AFTER (MiB)', 'HELD BY (before the reset)')
 

@@ -56,8 +56,14 @@ MISSING = 'not relaunched (no report: failed earlier or skipped)'
 
 
 def _cells(row: dict) -> tuple[str, ...]:
-    return (speculative_text(row.get('old')), speculative_text(row.get('new')), number(row.get('seconds_down'), 1),
-            number(row.get('seconds_to_ready'), 1), number(row.get('tok_s'), 1), number(row.get('accept_length'), 2))
+    return (
+        speculative_text(row.get('old')),
+        speculative_text(row.get('new')),
+        number(row.get('seconds_down'), 1),
+        number(row.get('seconds_to_ready'), 1),
+        number(row.get('tok_s'), 1),
+        number(row.get('accept_length'), 2),
+    )
 
 
 def relaunch_table(reports: dict) -> list[str]:

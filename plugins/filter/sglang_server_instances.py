@@ -61,10 +61,35 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
 # sglang_launch options the role passes through; the rest of an instance's keys are the role's own.
-LAUNCH_KEYS = ('name', 'model_path', 'served_model_name', 'host', 'port', 'gpus', 'tp_size', 'python', 'speculative',
-               'strict', 'extra_args', 'environment', 'api_key', 'supervisor', 'ready_timeout', 'ready_poll_interval',
-               'stop_timeout', 'run_as', 'enable_metrics', 'log_level', 'log_file', 'ready_check', 'smoke_min_tok_s',
-               'smoke_min_accept_length', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
+LAUNCH_KEYS = (
+    'name',
+    'model_path',
+    'served_model_name',
+    'host',
+    'port',
+    'gpus',
+    'tp_size',
+    'python',
+    'speculative',
+    'strict',
+    'extra_args',
+    'environment',
+    'api_key',
+    'supervisor',
+    'ready_timeout',
+    'ready_poll_interval',
+    'stop_timeout',
+    'run_as',
+    'enable_metrics',
+    'log_level',
+    'log_file',
+    'ready_check',
+    'smoke_min_tok_s',
+    'smoke_min_accept_length',
+    'admin_api_key',
+    'ssl_keyfile_password',
+    'secret_environment',
+)
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')
 SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
@@ -93,9 +118,14 @@ def merge_speculative(base: dict | None, override: dict | None) -> dict | None:
     # way it is set only where SGLang's rules replace it with the one value they allow.
     probe = merged.get('num_draft_tokens')
     try:
-        resolved = resolve(algorithm=merged.get('algorithm'), draft_model_path=merged.get('draft_model_path'),
-                           num_steps=merged.get('num_steps'), eagle_topk=merged.get('eagle_topk'),
-                           num_draft_tokens=1 if probe is None else probe, strict=False)
+        resolved = resolve(
+            algorithm=merged.get('algorithm'),
+            draft_model_path=merged.get('draft_model_path'),
+            num_steps=merged.get('num_steps'),
+            eagle_topk=merged.get('eagle_topk'),
+            num_draft_tokens=1 if probe is None else probe,
+            strict=False,
+        )
     except SpeculativeError:
         return merged  # the preflight reports it, with the field and the value
     correction = resolved['corrections'].get('num_draft_tokens')

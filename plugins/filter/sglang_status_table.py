@@ -48,11 +48,17 @@ _value:
 '''
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
-    CMDLINE_WIDTH, align, number, placeholder_row, process_text, require_mapping, speculative_text)
+    CMDLINE_WIDTH,
+    align,
+    number,
+    placeholder_row,
+    process_text,
+    require_mapping,
+    speculative_text,
+)
 
 GPU_HEADER = ('HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)')
-SERVER_HEADER = ('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'SERVER ACCEPT (tok/step)', 'SERVER TOK/S',
-                 'VERSION')
+SERVER_HEADER = ('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'SERVER ACCEPT (tok/step)', 'SERVER TOK/S', 'VERSION')
 
 
 def _health(instance: dict) -> str:
@@ -68,9 +74,18 @@ def _health(instance: dict) -> str:
 def _server_row(host: str, inst: dict) -> tuple[str, ...]:
     config = inst.get('config') or {}
     spec = inst.get('speculative') if inst.get('speculative') is not None else config.get('speculative')
-    return (host, str(inst.get('name')), str(config.get('port', '-')), ','.join(str(g) for g in config.get('gpus') or []) or '-',
-            str(inst.get('pid') or '-'), speculative_text(spec), _health(inst), number(inst.get('accept_length'), 2),
-            number(inst.get('gen_throughput'), 1), str(inst.get('version') or '-'))
+    return (
+        host,
+        str(inst.get('name')),
+        str(config.get('port', '-')),
+        ','.join(str(g) for g in config.get('gpus') or []) or '-',
+        str(inst.get('pid') or '-'),
+        speculative_text(spec),
+        _health(inst),
+        number(inst.get('accept_length'), 2),
+        number(inst.get('gen_throughput'), 1),
+        str(inst.get('version') or '-'),
+    )
 
 
 def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:

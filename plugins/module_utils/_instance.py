@@ -20,7 +20,11 @@ import re
 import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    MASK, LaunchError, http_request, read_state, write_state,
+    MASK,
+    LaunchError,
+    http_request,
+    read_state,
+    write_state,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._supervisors import Supervisor, supervisor_for
 
@@ -64,9 +68,12 @@ def mask_server_info(info: dict) -> dict:
 def speculative_of(info: dict) -> dict:
     """The speculative parameters SGLang resolved, from its /server_info."""
     algorithm = info.get('speculative_algorithm')
-    return dict(algorithm=None if algorithm in (None, '', 'NONE', 'none') else algorithm,
-                num_steps=info.get('speculative_num_steps'), eagle_topk=info.get('speculative_eagle_topk'),
-                num_draft_tokens=info.get('speculative_num_draft_tokens'))
+    return dict(
+        algorithm=None if algorithm in (None, '', 'NONE', 'none') else algorithm,
+        num_steps=info.get('speculative_num_steps'),
+        eagle_topk=info.get('speculative_eagle_topk'),
+        num_draft_tokens=info.get('speculative_num_draft_tokens'),
+    )
 
 
 class Instance:
@@ -121,8 +128,7 @@ class Instance:
                 info = None
         return status, info, body
 
-    def smoke(self, state: dict, api_key: str | None, max_tokens: int, prompt: str = SMOKE_PROMPT,
-              timeout: float = 60.0) -> dict:
+    def smoke(self, state: dict, api_key: str | None, max_tokens: int, prompt: str = SMOKE_PROMPT, timeout: float = 60.0) -> dict:
         """One greedy generation of ``max_tokens`` tokens: its tokens per second and accept length."""
         payload = dict(text=prompt, sampling_params=dict(max_new_tokens=max_tokens, temperature=0, ignore_eos=True))
         start = time.monotonic()
@@ -140,9 +146,12 @@ class Instance:
         tokens = int(meta.get('completion_tokens') or 0)
         # SGLang's own measure of the request, without the HTTP round trip; wall time where it has none.
         seconds = as_float(meta.get('e2e_latency')) or wall
-        result.update(completion_tokens=tokens, seconds=round(seconds, 3),
-                      tok_s=round(tokens / seconds, 1) if seconds > 0 else None,
-                      accept_length=as_float(meta.get('spec_accept_length')))
+        result.update(
+            completion_tokens=tokens,
+            seconds=round(seconds, 3),
+            tok_s=round(tokens / seconds, 1) if seconds > 0 else None,
+            accept_length=as_float(meta.get('spec_accept_length')),
+        )
         if tokens <= 0:
             result['error'] = 'POST /generate generated no token'
         else:

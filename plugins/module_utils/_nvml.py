@@ -55,14 +55,14 @@ def _explain(exc: Exception, what: str) -> NvmlError:
     code = getattr(exc, 'value', None)
     host = platform.node()
     if code == 12:  # LIBRARY_NOT_FOUND
-        msg = ('the NVIDIA driver library (libnvidia-ml.so.1) was not found on host %s: '
-               'install the NVIDIA driver, or make sure the dynamic loader finds libnvidia-ml.so.1' % host)
+        msg = (
+            'the NVIDIA driver library (libnvidia-ml.so.1) was not found on host %s: '
+            'install the NVIDIA driver, or make sure the dynamic loader finds libnvidia-ml.so.1' % host
+        )
     elif code == 9:  # DRIVER_NOT_LOADED
-        msg = ('the NVIDIA driver is not loaded on host %s (NVML: Driver Not Loaded): '
-               'check that the nvidia kernel module is loaded' % host)
+        msg = 'the NVIDIA driver is not loaded on host %s (NVML: Driver Not Loaded): check that the nvidia kernel module is loaded' % host
     elif code == 15:  # GPU_IS_LOST
-        msg = ('%s on host %s: the GPU is lost (NVML: GPU is lost); it fell off the bus or needs a reset '
-               'before anything can run on it' % (what, host))
+        msg = '%s on host %s: the GPU is lost (NVML: GPU is lost); it fell off the bus or needs a reset before anything can run on it' % (what, host)
     elif code == 4:  # NO_PERMISSION
         msg = '%s on host %s: permission denied by NVML (under MIG, whole-GPU figures need privileges)' % (what, host)
     else:
@@ -81,7 +81,7 @@ class Nvml:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            raise _explain(exc, 'initialising NVML')
+            raise _explain(exc, 'initialising NVML') from exc
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -94,7 +94,7 @@ class Nvml:
         try:
             return func(*args)
         except pynvml.NVMLError as exc:
-            raise _explain(exc, what)
+            raise _explain(exc, what) from exc
 
     def driver_version(self) -> str:
         return _text(self._call('reading the driver version', pynvml.nvmlSystemGetDriverVersion))
@@ -133,11 +133,10 @@ class Nvml:
                 mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=_MEMORY_V2)
             except pynvml.NVMLError as exc:
                 if getattr(exc, 'value', None) not in _UNSUPPORTED:
-                    raise _explain(exc, what)
+                    raise _explain(exc, what) from exc
                 self._memory_v2 = False
             else:
-                return dict(total_mib=mem.total // MIB, reserved_mib=mem.reserved // MIB,
-                            used_mib=mem.used // MIB, free_mib=mem.free // MIB)
+                return dict(total_mib=mem.total // MIB, reserved_mib=mem.reserved // MIB, used_mib=mem.used // MIB, free_mib=mem.free // MIB)
         mem = self._call(what, pynvml.nvmlDeviceGetMemoryInfo, handle)
         return dict(total_mib=mem.total // MIB, reserved_mib=None, used_mib=mem.used // MIB, free_mib=mem.free // MIB)
 
@@ -167,15 +166,18 @@ class Nvml:
             if text.isascii() and text.isdigit():
                 index = int(text)
                 if index >= count:
-                    raise NvmlError('%s: GPU %s does not exist on host %s, which has %d GPU(s) (indexes 0-%d)'
-                                    % (field, text, platform.node(), count, count - 1))
+                    raise NvmlError(
+                        '%s: GPU %s does not exist on host %s, which has %d GPU(s) (indexes 0-%d)' % (field, text, platform.node(), count, count - 1)
+                    )
             else:
                 if by_uuid is None:
                     by_uuid = self.uuid_index()
                 match = [u for u in by_uuid if u.lower() == text.lower() or u.lower() == 'gpu-' + text.lower()]
                 if not match:
-                    raise NvmlError('%s: %r is neither a GPU index nor the UUID of a GPU on host %s (GPUs: %s)'
-                                    % (field, text, platform.node(), ', '.join('%d=%s' % (i, u) for u, i in sorted(by_uuid.items(), key=lambda x: x[1]))))
+                    raise NvmlError(
+                        '%s: %r is neither a GPU index nor the UUID of a GPU on host %s (GPUs: %s)'
+                        % (field, text, platform.node(), ', '.join('%d=%s' % (i, u) for u, i in sorted(by_uuid.items(), key=lambda x: x[1])))
+                    )
                 index = by_uuid[match[0]]
             indexes.add(index)
         return sorted(indexes)
@@ -202,13 +204,21 @@ def describe_dirty(state: dict, max_used_mib: int) -> str:
     """One line per dirty GPU: what an operator needs to decide what to kill or reset."""
     head = 'GPU %d (%s): %d MiB used (limit %d MiB)' % (state['index'], state['uuid'], state['used_mib'], max_used_mib)
     if not state['processes']:
-        return head + ', no compute process listed: the memory is still held by the driver (a process ' \
-                      'that is still tearing down, or a stuck context that needs a GPU reset)'
+        return (
+            head + ', no compute process listed: the memory is still held by the driver (a process '
+            'that is still tearing down, or a stuck context that needs a GPU reset)'
+        )
     holders = []
     for proc in state['processes']:
-        holders.append('pid %d %s (user %s, %s MiB)' % (
-            proc['pid'], repr(proc.get('cmdline')) if proc.get('cmdline') else '<not visible in /proc on this host>',
-            proc.get('user') or '?', '?' if proc['used_mib'] is None else proc['used_mib']))
+        holders.append(
+            'pid %d %s (user %s, %s MiB)'
+            % (
+                proc['pid'],
+                repr(proc.get('cmdline')) if proc.get('cmdline') else '<not visible in /proc on this host>',
+                proc.get('user') or '?',
+                '?' if proc['used_mib'] is None else proc['used_mib'],
+            )
+        )
     return head + ', held by ' + '; '.join(holders)
 
 
@@ -220,8 +230,9 @@ class WaitTimeout(Exception):
         self.polls = polls
 
 
-def wait_clean(nvml: Nvml, indexes: list[int], max_used_mib: int, timeout: float, poll_interval: float,
-               clock=time.monotonic, sleep=time.sleep) -> tuple[list[dict], float, int]:
+def wait_clean(
+    nvml: Nvml, indexes: list[int], max_used_mib: int, timeout: float, poll_interval: float, clock=time.monotonic, sleep=time.sleep
+) -> tuple[list[dict], float, int]:
     """Poll until every GPU in ``indexes`` is clean; return (states, seconds waited, polls).
 
     Clean means no compute process on the GPU and NVML v2 used memory at or under ``max_used_mib``.
@@ -245,7 +256,10 @@ def wait_clean(nvml: Nvml, indexes: list[int], max_used_mib: int, timeout: float
             dirty = [s for s in states if not is_clean(s, max_used_mib)]
             if not dirty:
                 return states, clock() - start, polls + 1
-            raise WaitTimeout('GPUs still not clean after %.1fs on host %s: %s' % (
-                now - start, platform.node(), ' | '.join(describe_dirty(s, max_used_mib) for s in dirty)),
-                states, now - start, polls)
+            raise WaitTimeout(
+                'GPUs still not clean after %.1fs on host %s: %s' % (now - start, platform.node(), ' | '.join(describe_dirty(s, max_used_mib) for s in dirty)),
+                states,
+                now - start,
+                polls,
+            )
         sleep(max(0.0, min(poll_interval, deadline - now)))

@@ -48,8 +48,8 @@ class Plan:
     """What to signal and what was deliberately left alone."""
 
     def __init__(self) -> None:
-        self.targets: dict = {}   # pid -> (ProcessInfo, row), in decision order
-        self.spared: list = []    # GPU holders on the chosen GPUs that are not signalled
+        self.targets: dict = {}  # pid -> (ProcessInfo, row), in decision order
+        self.spared: list = []  # GPU holders on the chosen GPUs that are not signalled
         self.excluded: list = []  # processes linked to a stopped server that are not signalled
         self.groups: set = set()  # (sid, pgid) of dead launchers whose orphans were taken
         # (sid, pgid) of every server stopped: a process that appears there during the stop, matches
@@ -68,8 +68,9 @@ class Ownership:
     tree, orphans and service cgroup) or ``process`` (the GPU holders only).
     """
 
-    def __init__(self, table: dict, holders: dict, chosen, pattern, protected, scope: str = 'server',
-                 kill_unmatched: bool = False, cgroup_of=read_cgroup) -> None:
+    def __init__(
+        self, table: dict, holders: dict, chosen, pattern, protected, scope: str = 'server', kill_unmatched: bool = False, cgroup_of=read_cgroup
+    ) -> None:
         self.holders = holders
         self.chosen = set(chosen)
         self.pattern = pattern
@@ -179,8 +180,9 @@ class Ownership:
             info = self.table.get(pid)
             if info is None:
                 if pid not in self.protected:
-                    plan.spared.append(dict(pid=pid, cmdline=None, user=None, gpus=gpus, used_mib=used,
-                                            reason='not visible in /proc on this host (another PID namespace?)'))
+                    plan.spared.append(
+                        dict(pid=pid, cmdline=None, user=None, gpus=gpus, used_mib=used, reason='not visible in /proc on this host (another PID namespace?)')
+                    )
                 continue
             why = self.never(info, holder=True)
             if why:
@@ -225,9 +227,13 @@ class Ownership:
             if foreign:
                 # Half a server is worse than none: the rest holds its GPUs and hangs.
                 for info in members:
-                    plan.spared.append(self.row(info, 'its server (pid %d %s) also holds GPU(s) %s, which were not chosen; '
-                                                      'choose all of its GPUs to stop it'
-                                                % (root_pid, root.cmdline, ', '.join(map(str, foreign)))))
+                    plan.spared.append(
+                        self.row(
+                            info,
+                            'its server (pid %d %s) also holds GPU(s) %s, which were not chosen; '
+                            'choose all of its GPUs to stop it' % (root_pid, root.cmdline, ', '.join(map(str, foreign))),
+                        )
+                    )
                 continue
             for info in members:
                 plan.targets[info.pid] = (info, self.row(info, 'matched'))
@@ -240,7 +246,7 @@ class Ownership:
             unit = service_cgroup(self.cgroup(root_pid))
             if unit:
                 cgroups.setdefault(unit, root_pid)
-        for key, root_pid in sorted(groups.items()):
+        for key in sorted(groups):
             self._orphans(plan, key)
         for unit in sorted(cgroups):
             self._service(plan, unit)
@@ -248,9 +254,11 @@ class Ownership:
     def _orphans(self, plan: Plan, key: tuple) -> None:
         """Matching orphans in the dead launcher's session and process group."""
         plan.groups.add(key)
-        candidates = [info for info in self.table.values()
-                      if (info.sid, info.pgid) == key and info.pid not in plan.targets and self.matches(info)
-                      and self.is_root(info) and self.reparented(info)]
+        candidates = [
+            info
+            for info in self.table.values()
+            if (info.sid, info.pgid) == key and info.pid not in plan.targets and self.matches(info) and self.is_root(info) and self.reparented(info)
+        ]
         # A subtree that holds a GPU that was not chosen is another server's, left behind in the
         # same session: then a GPU-less orphan there cannot be told apart and is left alone.
         foreign = dict((info.pid, self.foreign_gpus(self.subtree(info.pid))) for info in candidates)
@@ -258,11 +266,16 @@ class Ownership:
         where = 'session %d, process group %d' % key
         for info in candidates:
             if foreign[info.pid]:
-                self._exclude(plan, info, 'orphan in %s holding GPU(s) %s, which were not chosen: another server'
-                              % (where, ', '.join(map(str, foreign[info.pid]))))
+                self._exclude(
+                    plan, info, 'orphan in %s holding GPU(s) %s, which were not chosen: another server' % (where, ', '.join(map(str, foreign[info.pid])))
+                )
             elif others:
-                self._exclude(plan, info, 'orphan in %s, which also holds orphans of another server (pid %s): '
-                                          'cannot tell which server it belongs to' % (where, ', '.join(map(str, others))))
+                self._exclude(
+                    plan,
+                    info,
+                    'orphan in %s, which also holds orphans of another server (pid %s): '
+                    'cannot tell which server it belongs to' % (where, ', '.join(map(str, others))),
+                )
             elif any(self.matches(self.table[pid]) for pid in self.descendants(info.pid)):
                 self._exclude(plan, info, 'in %s but has SGLang children of its own: a server of its own, not an orphan' % where)
             else:
@@ -283,8 +296,7 @@ class Ownership:
             if info.pid in matching and info.pid not in plan.targets and self.is_root(info):
                 foreign = self.foreign_gpus(self.subtree(info.pid))
                 if foreign:
-                    self._exclude(plan, info, 'in the cgroup of %s but holds GPU(s) %s, which were not chosen'
-                                  % (unit, ', '.join(map(str, foreign))))
+                    self._exclude(plan, info, 'in the cgroup of %s but holds GPU(s) %s, which were not chosen' % (unit, ', '.join(map(str, foreign))))
                     continue
                 for pid in self.subtree(info.pid):
                     self._take(plan, pid, 'cgroup of %s' % unit)
@@ -317,8 +329,7 @@ class Ownership:
                 reason = None
                 if parent is not None and (targets.get(parent.pid) == parent.key or parent.pid in taken):
                     reason = 'child of pid %d, started while it was stopped' % parent.pid
-                elif ((info.sid, info.pgid) in plan.groups | plan.late_groups and self.matches(info) and self.is_root(info)
-                      and self.reparented(info)):
+                elif (info.sid, info.pgid) in plan.groups | plan.late_groups and self.matches(info) and self.is_root(info) and self.reparented(info):
                     reason = 'orphaned by the launcher of session %d, process group %d' % (info.sid, info.pgid)
                 if reason is None:
                     continue

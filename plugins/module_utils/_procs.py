@@ -56,7 +56,7 @@ def _read_stat(pid: int) -> list[str] | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name is in parentheses and may itself contain spaces and parentheses.
-    return raw[raw.rindex(')') + 2:].split()
+    return raw[raw.rindex(')') + 2 :].split()
 
 
 def read_process(pid: int) -> ProcessInfo | None:
@@ -71,8 +71,9 @@ def read_process(pid: int) -> ProcessInfo | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     # Fields after the command name: state(0) ppid(1) pgrp(2) session(3) ... starttime(19).
-    return ProcessInfo(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), state=fields[0],
-                       starttime=int(fields[19]), uid=uid, cmdline=' '.join(argv))
+    return ProcessInfo(
+        pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), state=fields[0], starttime=int(fields[19]), uid=uid, cmdline=' '.join(argv)
+    )
 
 
 def all_processes():
@@ -160,8 +161,7 @@ def _wait_gone(keys, deadline: float, exited: dict, start: float, poll: float, c
         sleep(min(poll, max(0.0, deadline - now)))
 
 
-def terminate(processes, grace_period: float, kill_timeout: float, poll: float = 0.02,
-              clock=time.monotonic, sleep=time.sleep) -> tuple[dict, list]:
+def terminate(processes, grace_period: float, kill_timeout: float, poll: float = 0.02, clock=time.monotonic, sleep=time.sleep) -> tuple[dict, list]:
     """SIGTERM every process, SIGKILL those still alive after ``grace_period``.
 
     Returns ({key: (signal name that ended it, seconds to exit)}, [ProcessInfo that survived SIGKILL

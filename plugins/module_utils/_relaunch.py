@@ -35,8 +35,23 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml,
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    LAUNCH_MODULE, READY_PATHS, SERVER_PATH, LaunchError, base_url, config_hash, config_text, ensure_private_dir,
-    http_request, mask_argv, mask_text, port_holders, probe_host, remove, secret_config, tail, write_private,
+    LAUNCH_MODULE,
+    READY_PATHS,
+    SERVER_PATH,
+    LaunchError,
+    base_url,
+    config_hash,
+    config_text,
+    ensure_private_dir,
+    http_request,
+    mask_argv,
+    mask_text,
+    port_holders,
+    probe_host,
+    remove,
+    secret_config,
+    tail,
+    write_private,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
 
@@ -70,6 +85,7 @@ def python_binary(python: str) -> str:
 
 
 # ---------------------------------------------------------------- one instance's asked configuration
+
 
 class InstanceSpec:
     """One instance as asked: validated and turned into a command line, an environment and a config.
@@ -106,16 +122,14 @@ class InstanceSpec:
     def validate_basics(self, state: str) -> None:
         params = self.params
         if not NAME_RE.match(self.name):
-            raise SpecError('name: %r is not allowed; use up to 64 letters, digits, ".", "_" and "-", starting with a '
-                            'letter or digit' % self.name)
+            raise SpecError('name: %r is not allowed; use up to 64 letters, digits, ".", "_" and "-", starting with a letter or digit' % self.name)
         for field in TIMEOUT_FIELDS:
             if not math.isfinite(params[field]) or params[field] <= 0:
-                raise self.error('%s: %s is out of range; it must be a finite number of seconds above 0'
-                                 % (field, params[field]))
+                raise self.error('%s: %s is out of range; it must be a finite number of seconds above 0' % (field, params[field]))
         for field in ('model_path', 'served_model_name', 'host', 'python', 'log_file', 'run_as', 'log_level'):
             if params.get(field) and CONTROL_RE.search(str(params[field])):
                 raise self.error('%s: %r contains a control character (newline, NUL, ...)' % (field, params[field]))
-        for option, flag in SECRET_OPTIONS:
+        for option, _flag in SECRET_OPTIONS:
             value = params.get(option)
             if value and (CONTROL_RE.search(value) or not value.isascii()):
                 # It travels in an HTTP header (latin-1) and a YAML line: refuse it here, not after the stop.
@@ -124,11 +138,11 @@ class InstanceSpec:
         if log_file and os.path.islink(log_file):
             raise self.error('log_file: %s is a symbolic link; give the file itself' % log_file)
         if log_file and os.path.exists(log_file) and os.stat(log_file).st_uid != os.geteuid():
-            raise self.error('log_file: %s belongs to uid %d, not to the user that manages the server (uid %d)'
-                             % (log_file, os.stat(log_file).st_uid, os.geteuid()))
+            raise self.error(
+                'log_file: %s belongs to uid %d, not to the user that manages the server (uid %d)' % (log_file, os.stat(log_file).st_uid, os.geteuid())
+            )
         if params['smoke_max_tokens'] < 0:
-            raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more'
-                             % params['smoke_max_tokens'])
+            raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more' % params['smoke_max_tokens'])
         for field in ('smoke_min_tok_s', 'smoke_min_accept_length'):
             if params[field] is not None and params[field] < 0:
                 raise self.error('%s: %s is out of range; it must be at least 0' % (field, params[field]))
@@ -154,8 +168,10 @@ class InstanceSpec:
                 raise self.error('gpus: %r is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-...)' % selector)
         python = python_binary(params['python'])
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-            raise self.error('python: %r is not an executable Python interpreter nor a virtual environment with '
-                             'bin/python (install SGLang with the gpufleet.sglang.sglang_install role)' % params['python'])
+            raise self.error(
+                'python: %r is not an executable Python interpreter nor a virtual environment with '
+                'bin/python (install SGLang with the gpufleet.sglang.sglang_install role)' % params['python']
+            )
         self.python = python
 
     def validate_model_path(self, field: str, value: str | None) -> None:
@@ -189,8 +205,9 @@ class InstanceSpec:
                 if key in RESERVED_ENV:
                     raise self.error('%s.%s: is set by the module from the gpus option; give the GPUs there' % (option, key))
                 if option == 'environment' and SECRET_ENV_RE.search(key):
-                    raise self.error('environment.%s: looks like a secret; give it in secret_environment, whose values '
-                                     'are never logged, returned or shown' % key)
+                    raise self.error(
+                        'environment.%s: looks like a secret; give it in secret_environment, whose values are never logged, returned or shown' % key
+                    )
                 if option == 'secret_environment' and key in self.params['environment']:
                     raise self.error('secret_environment.%s: is also in environment' % key)
                 if isinstance(value, (dict, list)) or value is None:
@@ -208,8 +225,10 @@ class InstanceSpec:
             except SGLangFlagError:
                 continue  # validate_extra_args words the error
             if option == '--config':
-                raise self.error('extra_args.%s: --config is refused: a config file would bypass the checks of every '
-                                 'other option (the module uses it to pass api_key privately)' % key)
+                raise self.error(
+                    'extra_args.%s: --config is refused: a config file would bypass the checks of every '
+                    'other option (the module uses it to pass api_key privately)' % key
+                )
         try:
             argv = validate_extra_args(extra)
         except SGLangFlagError as exc:
@@ -230,8 +249,7 @@ class InstanceSpec:
                 if len(self.gpu_indexes) != len(params['gpus']):
                     raise self.error('gpus: %s names the same GPU twice' % params['gpus'])
                 if tp_size is not None and tp_size != len(self.gpu_indexes):
-                    raise self.error('tp_size: %s does not match gpus %s; tensor parallelism needs one GPU per rank'
-                                     % (tp_size, params['gpus']))
+                    raise self.error('tp_size: %s does not match gpus %s; tensor parallelism needs one GPU per rank' % (tp_size, params['gpus']))
             else:
                 count = nvml.device_count()
                 wanted = tp_size or 1
@@ -261,10 +279,16 @@ class InstanceSpec:
             except SGLangFlagError:
                 pass
         try:
-            self.speculative = resolve(algorithm=spec.get('algorithm'), draft_model_path=spec.get('draft_model_path'),
-                                       num_steps=spec.get('num_steps'), eagle_topk=spec.get('eagle_topk'),
-                                       num_draft_tokens=spec.get('num_draft_tokens'), max_running_requests=max_running,
-                                       model_architecture=self.model_architecture(), strict=self.params['strict'])
+            self.speculative = resolve(
+                algorithm=spec.get('algorithm'),
+                draft_model_path=spec.get('draft_model_path'),
+                num_steps=spec.get('num_steps'),
+                eagle_topk=spec.get('eagle_topk'),
+                num_draft_tokens=spec.get('num_draft_tokens'),
+                max_running_requests=max_running,
+                model_architecture=self.model_architecture(),
+                strict=self.params['strict'],
+            )
         except SpeculativeError as exc:
             raise self.error(str(exc)) from None
         self.warnings.extend('instance %s: %s' % (self.name, w) for w in self.speculative['warnings'])
@@ -272,8 +296,19 @@ class InstanceSpec:
     def build(self, extra_argv: list) -> None:
         params = self.params
         spec = self.speculative
-        argv = [self.python, '-m', LAUNCH_MODULE, '--model-path', params['model_path'], '--host', params['host'],
-                '--port', str(params['port']), '--tp-size', str(self.tp_size)]
+        argv = [
+            self.python,
+            '-m',
+            LAUNCH_MODULE,
+            '--model-path',
+            params['model_path'],
+            '--host',
+            params['host'],
+            '--port',
+            str(params['port']),
+            '--tp-size',
+            str(self.tp_size),
+        ]
         if params['served_model_name']:
             argv += ['--served-model-name', params['served_model_name']]
         if spec['enabled']:
@@ -301,14 +336,23 @@ class InstanceSpec:
         env.update(CUDA_VISIBLE_DEVICES=','.join(str(i) for i in self.gpu_indexes), CUDA_DEVICE_ORDER='PCI_BUS_ID')
         self.env = env
         self.desired = dict(
-            model_path=params['model_path'], served_model_name=params['served_model_name'], host=params['host'],
-            port=params['port'], gpus=self.gpu_indexes, tp_size=self.tp_size,
-            speculative=dict((k, spec[k]) for k in ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk',
-                                                    'num_draft_tokens', 'max_running_requests')),
-            extra_args=extra_argv, environment=sorted(self.env), python=self.python, run_as=params['run_as'],
-            log_file=self.log_file, supervisor=None, api_key='set' if self.api_key else None,
+            model_path=params['model_path'],
+            served_model_name=params['served_model_name'],
+            host=params['host'],
+            port=params['port'],
+            gpus=self.gpu_indexes,
+            tp_size=self.tp_size,
+            speculative=dict((k, spec[k]) for k in ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'max_running_requests')),
+            extra_args=extra_argv,
+            environment=sorted(self.env),
+            python=self.python,
+            run_as=params['run_as'],
+            log_file=self.log_file,
+            supervisor=None,
+            api_key='set' if self.api_key else None,
             secrets=sorted(self.secret_flags) + sorted(self.params.get('secret_environment') or {}),
-            enable_metrics=params['enable_metrics'], log_level=params['log_level'],
+            enable_metrics=params['enable_metrics'],
+            log_level=params['log_level'],
         )
 
     def finish(self, supervisor_kind: str) -> None:
@@ -331,6 +375,7 @@ class InstanceSpec:
 
 
 # ---------------------------------------------------------------- the host lock
+
 
 class HostLock:
     """flock on <state_dir>/relaunch.lock: taken at once or refused, never waited for.
@@ -359,8 +404,10 @@ class HostLock:
             os.close(self.fd)
             self.fd = None
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise LaunchError('another relaunch runs on this host: %s holds %s; wait for it to end (the lock goes '
-                                  'away by itself when that process ends, even if it crashed)' % (self.holder(), self.path)) from None
+                raise LaunchError(
+                    'another relaunch runs on this host: %s holds %s; wait for it to end (the lock goes '
+                    'away by itself when that process ends, even if it crashed)' % (self.holder(), self.path)
+                ) from None
             raise
         info = dict(pid=os.getpid(), user=pwd.getpwuid(os.geteuid()).pw_name, started=now())
         os.ftruncate(self.fd, 0)
@@ -376,8 +423,7 @@ class HostLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise LaunchError('another relaunch runs on this host: %s holds %s; wait for it to end'
-                                  % (self.holder(), self.path)) from None
+                raise LaunchError('another relaunch runs on this host: %s holds %s; wait for it to end' % (self.holder(), self.path)) from None
             raise
         finally:
             os.close(fd)
@@ -408,6 +454,7 @@ class LockedNvml:
 
 
 # ---------------------------------------------------------------- the transaction
+
 
 class Relaunch:
     """The instances of one host, validated, then started, relaunched or stopped together.
@@ -448,8 +495,10 @@ class Relaunch:
         if os.path.islink(self.state_dir):
             raise SpecError('state_dir: %s is a symbolic link; give the directory itself' % self.state_dir)
         if os.path.isdir(self.state_dir) and os.stat(self.state_dir).st_uid != os.geteuid():
-            raise SpecError('state_dir: %s belongs to uid %d, not to the user that manages the servers (uid %d)'
-                            % (self.state_dir, os.stat(self.state_dir).st_uid, os.geteuid()))
+            raise SpecError(
+                'state_dir: %s belongs to uid %d, not to the user that manages the servers (uid %d)'
+                % (self.state_dir, os.stat(self.state_dir).st_uid, os.geteuid())
+            )
         if CONTROL_RE.search(self.state_dir):
             raise SpecError('state_dir: %r contains a control character (newline, NUL, ...)' % self.state_dir)
         if self.params['max_used_mib'] < 0:
@@ -504,9 +553,11 @@ class Relaunch:
                 seen[key] = installed_sglang(spec.python, spec.params['environment'])
             found, error = seen[key]
             if found != wanted:
-                raise spec.error('python: %s has %s; the collection is written for SGLang %s: install it with '
-                                 'gpufleet.sglang.install (role gpufleet.sglang.sglang_install)'
-                                 % (spec.params['python'], 'SGLang %s' % found if found else 'no SGLang (%s)' % error, wanted))
+                raise spec.error(
+                    'python: %s has %s; the collection is written for SGLang %s: install it with '
+                    'gpufleet.sglang.install (role gpufleet.sglang.sglang_install)'
+                    % (spec.params['python'], 'SGLang %s' % found if found else 'no SGLang (%s)' % error, wanted)
+                )
 
     def check_shared(self) -> None:
         """Instances of one host share no GPU and no port: they are relaunched side by side."""
@@ -514,10 +565,11 @@ class Relaunch:
             for other in self.specs[:index]:
                 shared = sorted(set(spec.gpu_indexes) & set(other.gpu_indexes))
                 if shared:
-                    raise spec.error('gpus: %s shares GPU(s) %s with instance %s (%s); instances of a host are relaunched '
-                                     'together and must not share a GPU'
-                                     % (spec.params['gpus'] or spec.gpu_indexes, ', '.join(map(str, shared)), other.name,
-                                        other.params['gpus'] or other.gpu_indexes))
+                    raise spec.error(
+                        'gpus: %s shares GPU(s) %s with instance %s (%s); instances of a host are relaunched '
+                        'together and must not share a GPU'
+                        % (spec.params['gpus'] or spec.gpu_indexes, ', '.join(map(str, shared)), other.name, other.params['gpus'] or other.gpu_indexes)
+                    )
                 if spec.params['port'] == other.params['port']:
                     raise spec.error('port: %s is also the port of instance %s' % (spec.params['port'], other.name))
 
@@ -539,9 +591,10 @@ class Relaunch:
                     info = read_process(proc['pid'])
                     what = 'pid %d %r (user %s)' % (proc['pid'], info.cmdline[:120], info.user) if info else 'pid %d' % proc['pid']
                     used = proc.get('used_mib')
-                    raise spec.error('gpus: GPU %d is held by %s%s, which is no server of this task; stop it (for '
-                                     'example with gpufleet.sglang.gpu_kill) or choose other GPUs'
-                                     % (index, what, ', %s MiB' % used if used is not None else ''))
+                    raise spec.error(
+                        'gpus: GPU %d is held by %s%s, which is no server of this task; stop it (for '
+                        'example with gpufleet.sglang.gpu_kill) or choose other GPUs' % (index, what, ', %s MiB' % used if used is not None else '')
+                    )
 
     def check_ports(self) -> None:
         for spec in self.specs:
@@ -550,13 +603,16 @@ class Relaunch:
             if not listening:
                 continue
             if not pids:
-                raise spec.error('port: %d is already in use by a process not visible on this host (another network '
-                                 'namespace or container?); choose another port' % port)
+                raise spec.error(
+                    'port: %d is already in use by a process not visible on this host (another network namespace or container?); choose another port' % port
+                )
             foreign = [pid for pid in pids if not self.owner(pid)]
             if foreign:
                 info = [read_process(pid) for pid in foreign]
-                raise spec.error('port: %d is already in use by %s; stop it or choose another port' % (
-                    port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process'))
+                raise spec.error(
+                    'port: %d is already in use by %s; stop it or choose another port'
+                    % (port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process')
+                )
 
     # ------------------------------------------------------------ deciding
 
@@ -586,9 +642,12 @@ class Relaunch:
         marker = state.get('relaunch')
         if not marker:
             return None
-        return ('an interrupted relaunch (pid %s, started %s, stopped in phase "%s") had left the instance %s'
-                % (marker.get('pid'), marker.get('started'), marker.get('phase'),
-                   'running' if self.supervisors[spec.name].running(state) else 'stopped'))
+        return 'an interrupted relaunch (pid %s, started %s, stopped in phase "%s") had left the instance %s' % (
+            marker.get('pid'),
+            marker.get('started'),
+            marker.get('phase'),
+            'running' if self.supervisors[spec.name].running(state) else 'stopped',
+        )
 
     # ------------------------------------------------------------ running
 
@@ -628,8 +687,7 @@ class Relaunch:
             return InstanceRun(self, spec).run()
         except Exception as exc:  # pylint: disable=broad-except
             # One instance's unexpected error must not hide what happened to the others.
-            return dict(name=spec.name, changed=True, result='failed', message='internal error: %s\n%s'
-                        % (exc, traceback.format_exc()), rolled_back=False)
+            return dict(name=spec.name, changed=True, result='failed', message='internal error: %s\n%s' % (exc, traceback.format_exc()), rolled_back=False)
 
     def plan(self, spec: InstanceSpec) -> dict:
         state = self.states.get(spec.name)
@@ -637,19 +695,20 @@ class Relaunch:
         old_running = bool(state) and self.supervisors[spec.name].running(state)
         result = base_result(spec, state if old_running else None)
         result['found'] = self.interrupted(spec)
-        wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged',
-                       nothing='unchanged')
+        wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
         if self.state != 'stopped':
             result.update(public(spec, state if action == 'unchanged' else None))
-        result['diff'] = dict(before=config_text((state or {}).get('config')) if old_running else '',
-                              after='' if self.state == 'stopped' else config_text(spec.desired),
-                              before_header='%s (running)' % spec.name, after_header='%s (wanted)' % spec.name)
+        result['diff'] = dict(
+            before=config_text((state or {}).get('config')) if old_running else '',
+            after='' if self.state == 'stopped' else config_text(spec.desired),
+            before_header='%s (running)' % spec.name,
+            after_header='%s (wanted)' % spec.name,
+        )
         return result
 
     def finish(self, results: list) -> dict:
-        out = dict(changed=any(r.get('changed') for r in results), instances=results,
-                   seconds_validate=self.seconds_validate)
+        out = dict(changed=any(r.get('changed') for r in results), instances=results, seconds_validate=self.seconds_validate)
         bad = [r for r in results if r.get('result') in ('failed', 'rolled back')]
         if self.want_diff:
             out['diff'] = [r.pop('diff') for r in results if r.get('diff') is not None]
@@ -663,21 +722,40 @@ class Relaunch:
 
 def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
     old_config = (old_state or {}).get('config') or {}
-    return dict(name=spec.name, changed=False, result=None, message='', found=None, action=None,
-                old=old_config.get('speculative') if old_state else None,
-                new=dict((k, spec.speculative.get(k)) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
-                if spec.speculative else None,
-                url=None, pid=(old_state or {}).get('pid'), unit=(old_state or {}).get('unit'),
-                supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
-                argv=None, speculative=None, config=None, previous=(old_state or {}).get('previous'),
-                seconds_down=None, seconds_to_ready=None, stopped=None, gpus_clean_after=None, smoke=None,
-                tok_s=None, accept_length=None, rolled_back=False, rollback=None, window=None, phases={},
-                state_file=spec.instance.state_file)
+    return dict(
+        name=spec.name,
+        changed=False,
+        result=None,
+        message='',
+        found=None,
+        action=None,
+        old=old_config.get('speculative') if old_state else None,
+        new=dict((k, spec.speculative.get(k)) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')) if spec.speculative else None,
+        url=None,
+        pid=(old_state or {}).get('pid'),
+        unit=(old_state or {}).get('unit'),
+        supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
+        argv=None,
+        speculative=None,
+        config=None,
+        previous=(old_state or {}).get('previous'),
+        seconds_down=None,
+        seconds_to_ready=None,
+        stopped=None,
+        gpus_clean_after=None,
+        smoke=None,
+        tok_s=None,
+        accept_length=None,
+        rolled_back=False,
+        rollback=None,
+        window=None,
+        phases={},
+        state_file=spec.instance.state_file,
+    )
 
 
 def public(spec: InstanceSpec, state: dict | None) -> dict:
-    out = dict(url=base_url(spec.params['host'], spec.params['port']), argv=spec.masked_argv,
-               speculative=dict(spec.speculative), config=spec.desired)
+    out = dict(url=base_url(spec.params['host'], spec.params['port']), argv=spec.masked_argv, speculative=dict(spec.speculative), config=spec.desired)
     if state:
         out.update(pid=state.get('pid'), unit=state.get('unit'))
     return out
@@ -685,10 +763,12 @@ def public(spec: InstanceSpec, state: dict | None) -> dict:
 
 def installed_sglang(python: str, environment: dict) -> tuple[str | None, str | None]:
     """(version, None) of the SGLang that ``python`` imports, or (None, why not)."""
-    code = ('import importlib.metadata as m\n'
-            'try:\n    print(m.version("sglang"))\n'
-            'except m.PackageNotFoundError:\n'
-            '    from sglang.version import __version__\n    print(__version__)\n')
+    code = (
+        'import importlib.metadata as m\n'
+        'try:\n    print(m.version("sglang"))\n'
+        'except m.PackageNotFoundError:\n'
+        '    from sglang.version import __version__\n    print(__version__)\n'
+    )
     env = dict(PATH=SERVER_PATH, LANG='C.UTF-8')
     env.update((k, str(v)) for k, v in environment.items() if v is not None)
     try:
@@ -755,8 +835,9 @@ class InstanceRun:
         result['changed'] = True
         before = (self.state or {}).get('config') if old_running else None
         result['previous'] = before if before else (self.state or {}).get('previous')
-        result['diff'] = dict(before=config_text(before), after=config_text(spec.desired),
-                              before_header='%s (before)' % spec.name, after_header='%s (after)' % spec.name)
+        result['diff'] = dict(
+            before=config_text(before), after=config_text(spec.desired), before_header='%s (before)' % spec.name, after_header='%s (after)' % spec.name
+        )
         self.t0 = time.monotonic()
         result['window'] = dict(start=round(time.time(), 3), end=None)
         try:
@@ -800,8 +881,9 @@ class InstanceRun:
         self.write(state)
         # Nothing reads it until the next start, which writes it again.
         remove(self.instance.secret_file)
-        result['diff'] = dict(before=config_text(state.get('config')), after='',
-                              before_header='%s (running)' % self.spec.name, after_header='%s (stopped)' % self.spec.name)
+        result['diff'] = dict(
+            before=config_text(state.get('config')), after='', before_header='%s (running)' % self.spec.name, after_header='%s (stopped)' % self.spec.name
+        )
         return result
 
     # ------------------------------------------------------------ the steps
@@ -847,8 +929,7 @@ class InstanceRun:
         if not indexes:
             return None
         try:
-            dummy, waited, dummy_polls = wait_clean(self.relaunch.nvml, indexes, self.params['max_used_mib'],
-                                                    self.params['gpu_clean_timeout'], 0.05)
+            dummy, waited, dummy_polls = wait_clean(self.relaunch.nvml, indexes, self.params['max_used_mib'], self.params['gpu_clean_timeout'], 0.05)
         except WaitTimeout as exc:
             raise LaunchError('gpu_clean_timeout: %s' % exc) from None
         return round(waited, 3)
@@ -868,14 +949,34 @@ class InstanceRun:
         supervisor = self.relaunch.new_supervisor(spec)
         self.write_secrets(spec)
         old = self.state or {}
-        state = dict(name=spec.name, supervisor=supervisor.kind, config=spec.desired, config_hash=spec.desired_hash(),
-                     argv=spec.masked_argv, running=True, started_at=now(), previous=self.result['previous'],
-                     url=base_url(params['host'], params['port']),
-                     probe_url=base_url(probe_host(params['host']), params['port']), pid=None, unit=None,
-                     stop_timeout=params['stop_timeout'], last_good=old.get('last_good'), relaunch=old.get('relaunch'))
+        state = dict(
+            name=spec.name,
+            supervisor=supervisor.kind,
+            config=spec.desired,
+            config_hash=spec.desired_hash(),
+            argv=spec.masked_argv,
+            running=True,
+            started_at=now(),
+            previous=self.result['previous'],
+            url=base_url(params['host'], params['port']),
+            probe_url=base_url(probe_host(params['host']), params['port']),
+            pid=None,
+            unit=None,
+            stop_timeout=params['stop_timeout'],
+            last_good=old.get('last_good'),
+            relaunch=old.get('relaunch'),
+        )
         start = time.monotonic()
-        alive = supervisor.start(state, spec.argv, spec.env, spec.log_file, params['run_as'], params['stop_timeout'],
-                                 self.instance.env_file, self.instance.secret_file if spec.secret_flags else None)
+        alive = supervisor.start(
+            state,
+            spec.argv,
+            spec.env,
+            spec.log_file,
+            params['run_as'],
+            params['stop_timeout'],
+            self.instance.env_file,
+            self.instance.secret_file if spec.secret_flags else None,
+        )
         # Recorded at once: a failure from here on still leaves a state that the next run can stop.
         self.state = state
         self.mark('wait until ready')
@@ -904,22 +1005,24 @@ class InstanceRun:
                 time.sleep(0.2)  # let the last lines reach the log
                 exit_text = supervisor.describe_exit(state)
                 self.stop_new(supervisor, state, spec)
-                raise LaunchError('the SGLang server %s exited during startup (%s); last lines of %s:\n%s'
-                                  % (spec.name, exit_text, spec.log_file, spec.mask(tail(spec.log_file))))
+                raise LaunchError(
+                    'the SGLang server %s exited during startup (%s); last lines of %s:\n%s'
+                    % (spec.name, exit_text, spec.log_file, spec.mask(tail(spec.log_file)))
+                )
             if time.monotonic() >= deadline:
                 self.stop_new(supervisor, state, spec)
-                raise LaunchError('ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); '
-                                  'it was stopped. Last lines of %s:\n%s'
-                                  % (spec.name, path, params['ready_timeout'], status, spec.mask(body[:200]), spec.log_file,
-                                     spec.mask(tail(spec.log_file))))
+                raise LaunchError(
+                    'ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); '
+                    'it was stopped. Last lines of %s:\n%s'
+                    % (spec.name, path, params['ready_timeout'], status, spec.mask(body[:200]), spec.log_file, spec.mask(tail(spec.log_file)))
+                )
             time.sleep(params['ready_poll_interval'])
 
     def verify(self, spec: InstanceSpec, state: dict) -> None:
         """Fail when SGLang runs other speculative parameters than predicted."""
         status, info, body = self.instance.server_info(state, spec.api_key)
         if info is None:
-            raise LaunchError('the server %s serves, but GET /server_info answered %s: %s'
-                              % (spec.name, status, spec.mask(body[:200])))
+            raise LaunchError('the server %s serves, but GET /server_info answered %s: %s' % (spec.name, status, spec.mask(body[:200])))
         running = speculative_of(info)
         self.result['speculative']['running'] = running
         differ = []
@@ -934,25 +1037,23 @@ class InstanceRun:
                     differ.append('speculative.%s: asked %s, SGLang runs %s' % (key, spec.speculative[key], running[key]))
         self.result['new'] = dict((k, running[k]) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
         if differ:
-            raise LaunchError('the server %s started, but SGLang resolved the speculative parameters differently: %s'
-                              % (spec.name, '; '.join(differ)))
+            raise LaunchError('the server %s started, but SGLang resolved the speculative parameters differently: %s' % (spec.name, '; '.join(differ)))
 
     def gate_smoke(self, spec: InstanceSpec, state: dict) -> None:
         params = spec.params
         if params['smoke_max_tokens'] <= 0:
             return
-        smoke = self.instance.smoke(state, spec.api_key, params['smoke_max_tokens'], self.params['smoke_prompt'],
-                                    timeout=max(60.0, params['ready_poll_interval']))
+        smoke = self.instance.smoke(
+            state, spec.api_key, params['smoke_max_tokens'], self.params['smoke_prompt'], timeout=max(60.0, params['ready_poll_interval'])
+        )
         self.result.update(smoke=smoke, tok_s=smoke['tok_s'], accept_length=smoke['accept_length'])
         if not smoke['ok']:
             raise LaunchError('the smoke generation of %s failed: %s' % (spec.name, spec.mask(smoke['error'])))
         low = []
         if params['smoke_min_tok_s'] is not None and (smoke['tok_s'] or 0) < params['smoke_min_tok_s']:
             low.append('%s tok/s, under smoke_min_tok_s %s' % (smoke['tok_s'], params['smoke_min_tok_s']))
-        if (params['smoke_min_accept_length'] is not None
-                and (smoke['accept_length'] or 0) < params['smoke_min_accept_length']):
-            low.append('accept length %s, under smoke_min_accept_length %s'
-                       % (smoke['accept_length'], params['smoke_min_accept_length']))
+        if params['smoke_min_accept_length'] is not None and (smoke['accept_length'] or 0) < params['smoke_min_accept_length']:
+            low.append('accept length %s, under smoke_min_accept_length %s' % (smoke['accept_length'], params['smoke_min_accept_length']))
         if low:
             raise LaunchError('the smoke generation of %s was too slow: %s' % (spec.name, '; '.join(low)))
 
@@ -997,8 +1098,12 @@ class InstanceRun:
             for key in ('stopped', 'gpus_clean_after', 'smoke', 'tok_s', 'accept_length', 'new'):
                 result[key] = keep.get(key)
             result['speculative'] = dict(good_spec.speculative, running=result['speculative'].get('running'))
-            result.update(result='rolled back', rolled_back=True, config=good_spec.desired,
-                          message=reason + '; rolled back to the last known good configuration, which serves again')
+            result.update(
+                result='rolled back',
+                rolled_back=True,
+                config=good_spec.desired,
+                message=reason + '; rolled back to the last known good configuration, which serves again',
+            )
             self.state['last_good'] = good
             self.write(self.state)
         except LaunchError as exc:

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -93,7 +92,7 @@ class SGLangFlagError(ValueError):
     """A flag or a value SGLang would refuse. ``field`` names the offending input, ``value`` holds it."""
 
     def __init__(self, message, field=None, value=None, candidates=()):
-        super(SGLangFlagError, self).__init__(message)
+        super().__init__(message)
         self.field = field
         self.value = value
         self.candidates = tuple(candidates)
@@ -129,8 +128,9 @@ def resolve_flag(name):
     if len(candidates) == 1:
         return candidates[0]
     if candidates:
-        raise SGLangFlagError("%s is ambiguous in SGLang %s: it could match %s"
-                              % (option, SGLANG_VERSION, ", ".join(candidates)), value=name, candidates=candidates)
+        raise SGLangFlagError(
+            "%s is ambiguous in SGLang %s: it could match %s" % (option, SGLANG_VERSION, ", ".join(candidates)), value=name, candidates=candidates
+        )
     hint = ""
     if "_" in option and option.replace("_", "-") in FLAGS:
         hint = " (did you mean %s?)" % option.replace("_", "-")
@@ -140,12 +140,10 @@ def resolve_flag(name):
 def _convert(spec, item, field):
     """Return the command-line text for one value, checked the way argparse would check it."""
     if isinstance(item, bool) or item is None:
-        raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s"
-                              % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
+        raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s" % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
     if isinstance(item, (dict, list)):
         if spec["type"] not in ("json.loads", "json_list_type"):
-            raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s"
-                                  % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
+            raise SGLangFlagError("%s: %r is not a value for %s, which takes a %s" % (field, item, spec["canonical"], spec["type"]), field=field, value=item)
         return json.dumps(item, sort_keys=True)
     text = str(item)
     converted = text
@@ -155,13 +153,14 @@ def _convert(spec, item, field):
         elif spec["type"] == "float":
             converted = float(text)
     except ValueError as exc:
-        raise SGLangFlagError("%s: %r is not a valid %s for %s" % (field, item, spec["type"], spec["canonical"]),
-                              field=field, value=item) from exc
+        raise SGLangFlagError("%s: %r is not a valid %s for %s" % (field, item, spec["type"], spec["canonical"]), field=field, value=item) from exc
     choices = spec["choices"]
     if choices is not None and converted not in choices:
-        raise SGLangFlagError("%s: %r is not one of the choices of %s in SGLang %s: %s"
-                              % (field, item, spec["canonical"], SGLANG_VERSION, ", ".join(str(c) for c in choices)),
-                              field=field, value=item)
+        raise SGLangFlagError(
+            "%s: %r is not one of the choices of %s in SGLang %s: %s" % (field, item, spec["canonical"], SGLANG_VERSION, ", ".join(str(c) for c in choices)),
+            field=field,
+            value=item,
+        )
     return text
 
 
@@ -176,8 +175,7 @@ def validate_extra_args(mapping):
     if not mapping:
         return []
     if not isinstance(mapping, dict):
-        raise SGLangFlagError("extra_args: must be a mapping of flag names to values, got %r" % (mapping,),
-                              field="extra_args", value=mapping)
+        raise SGLangFlagError("extra_args: must be a mapping of flag names to values, got %r" % (mapping,), field="extra_args", value=mapping)
     argv = []
     seen = {}
     for key in sorted(mapping, key=str):
@@ -189,15 +187,14 @@ def validate_extra_args(mapping):
             raise SGLangFlagError("%s: %s" % (field, exc), field=field, value=key, candidates=exc.candidates) from exc
         spec = FLAGS[option]
         if spec["action"] == "help":
-            raise SGLangFlagError("%s: %s prints help and exits; it cannot be passed to a server" % (field, option),
-                                  field=field, value=key)
+            raise SGLangFlagError("%s: %s prints help and exits; it cannot be passed to a server" % (field, option), field=field, value=key)
         managed = _managed_option(spec)
         if managed:
-            raise SGLangFlagError("%s: %s is set by the module; use its %s option instead of extra_args"
-                                  % (field, option, managed), field=field, value=key)
+            raise SGLangFlagError("%s: %s is set by the module; use its %s option instead of extra_args" % (field, option, managed), field=field, value=key)
         if spec["dest"] in seen:
-            raise SGLangFlagError("%s: sets the same SGLang setting as extra_args.%s (%s)"
-                                  % (field, seen[spec["dest"]], spec["canonical"]), field=field, value=key)
+            raise SGLangFlagError(
+                "%s: sets the same SGLang setting as extra_args.%s (%s)" % (field, seen[spec["dest"]], spec["canonical"]), field=field, value=key
+            )
         seen[spec["dest"]] = key
         argv.extend(_flag_argv(spec, option, value, field))
     return argv
@@ -206,8 +203,7 @@ def validate_extra_args(mapping):
 def _flag_argv(spec, option, value, field):
     if not spec["takes_value"]:
         if not isinstance(value, bool):
-            raise SGLangFlagError("%s: %s takes no value; give true or false, not %r" % (field, option, value),
-                                  field=field, value=value)
+            raise SGLangFlagError("%s: %s takes no value; give true or false, not %r" % (field, option, value), field=field, value=value)
         if value:
             return [option] if spec["const"] is not False else [spec["canonical"]]
         if spec["action"] == "BooleanOptionalAction":
@@ -220,13 +216,11 @@ def _flag_argv(spec, option, value, field):
         if nargs == "+" and not items:
             raise SGLangFlagError("%s: %s needs at least one value" % (field, option), field=field, value=value)
         if isinstance(nargs, int) and len(items) != nargs:
-            raise SGLangFlagError("%s: %s takes exactly %d values, got %d" % (field, option, nargs, len(items)),
-                                  field=field, value=value)
+            raise SGLangFlagError("%s: %s takes exactly %d values, got %d" % (field, option, nargs, len(items)), field=field, value=value)
         texts = [_convert(spec, item, field) for item in items]
         for text in texts:
             if text.startswith("-") and not _is_number(text):
-                raise SGLangFlagError("%s: %r would be read as a flag, not as a value of %s" % (field, text, option),
-                                      field=field, value=value)
+                raise SGLangFlagError("%s: %r would be read as a flag, not as a value of %s" % (field, text, option), field=field, value=value)
         return [option] + texts
     if isinstance(value, (list, tuple)):
         raise SGLangFlagError("%s: %s takes one value, not a list" % (field, option), field=field, value=value)

@@ -46,6 +46,7 @@ class LaunchError(Exception):
 
 # ---------------------------------------------------------------- files and state
 
+
 def ensure_private_dir(path: str, mode: int = 0o700) -> None:
     os.makedirs(path, mode=mode, exist_ok=True)
     os.chmod(path, mode)
@@ -84,8 +85,7 @@ def read_state(path: str) -> dict | None:
     except FileNotFoundError:
         return None
     except ValueError as exc:
-        raise LaunchError('the state file %s is not valid JSON (%s); remove it after checking that no server of this '
-                          'instance runs' % (path, exc)) from exc
+        raise LaunchError('the state file %s is not valid JSON (%s); remove it after checking that no server of this instance runs' % (path, exc)) from exc
 
 
 def write_state(path: str, state: dict) -> None:
@@ -101,6 +101,7 @@ def remove(path: str) -> bool:
 
 
 # ---------------------------------------------------------------- configuration
+
 
 def yaml_scalar(value: str) -> str:
     # A JSON string is a valid YAML double-quoted scalar: no YAML library needed and no quoting surprises.
@@ -158,6 +159,7 @@ def mask_argv(argv: list[str], secrets: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- ports
 
+
 def _listening_inodes(port: int) -> dict[int, str]:
     """inode -> local address of every TCP socket listening on ``port``."""
     found = {}
@@ -202,6 +204,7 @@ def port_holders(port: int) -> tuple[bool, list[int]]:
 
 
 # ---------------------------------------------------------------- HTTP
+
 
 def probe_host(host: str) -> str:
     """Where to connect to reach a server bound to ``host``."""
@@ -261,6 +264,7 @@ def tail(path: str, lines: int = 30) -> str:
 
 # ---------------------------------------------------------------- process supervisor
 
+
 def session_members(sid: int) -> list:
     """Every process of session ``sid`` (the launcher, its children, and orphans that kept the session)."""
     if not sid or sid <= 1:
@@ -289,14 +293,24 @@ def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
         groups = dict(group=entry.pw_gid, extra_groups=os.getgrouplist(entry.pw_name, entry.pw_gid))
     fd = open_log(log_file)
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, env=env,  # pylint: disable=consider-using-with
-                                cwd='/', close_fds=True, start_new_session=True, user=user, **groups)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            env=env,  # pylint: disable=consider-using-with
+            cwd='/',
+            close_fds=True,
+            start_new_session=True,
+            user=user,
+            **groups,
+        )
     except OSError as exc:
         raise LaunchError('python: cannot start %s: %s' % (argv[0], exc)) from exc
     finally:
         os.close(fd)
     info = None
-    for dummy in range(50):
+    for _dummy in range(50):
         info = read_process(proc.pid)
         if info is not None:
             break
@@ -325,7 +339,7 @@ def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: fl
         members = [m for m in members if not is_gone(m.key)]
     # What is left (a drain that never ends, a launcher that ignores SIGTERM, orphaned schedulers):
     # the whole session, recomputed so children forked meanwhile are included.
-    for dummy in range(3):
+    for _dummy in range(3):
         members = session_members(sid)
         if not members:
             break
@@ -333,14 +347,16 @@ def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: fl
         report['killed'].extend(m.pid for m in members)
         dummy_ended, stuck = terminate(members, 0.0, kill_timeout)
         if stuck:
-            raise LaunchError('%d process(es) of the old server still alive %.0fs after SIGKILL (stuck in the kernel '
-                              'on the driver?): %s' % (len(stuck), kill_timeout,
-                                                       '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck)))
+            raise LaunchError(
+                '%d process(es) of the old server still alive %.0fs after SIGKILL (stuck in the kernel '
+                'on the driver?): %s' % (len(stuck), kill_timeout, '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck))
+            )
     report['seconds'] = round(time.monotonic() - start, 3)
     return report
 
 
 # ---------------------------------------------------------------- systemd supervisor
+
 
 def systemd_quote(arg: str) -> str:
     """One ExecStart= word: double-quoted, with systemd's escapes for \\, ", $ and %."""
@@ -350,8 +366,7 @@ def systemd_quote(arg: str) -> str:
 
 def env_file_text(env: dict) -> str:
     # EnvironmentFile= syntax: KEY="value" with \ and " escaped.
-    return ''.join('%s="%s"\n' % (key, env[key].replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n'))
-                   for key in sorted(env))
+    return ''.join('%s="%s"\n' % (key, env[key].replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')) for key in sorted(env))
 
 
 # The first line of every unit this collection writes: a unit without it (or of another state
@@ -359,8 +374,7 @@ def env_file_text(env: dict) -> str:
 UNIT_MARKER = '# Managed by gpufleet.sglang.sglang_launch for the state directory %s; changes are overwritten.'
 
 
-def unit_text(name: str, argv: list[str], env_file: str, log_file: str, user: str | None, stop_timeout: float,
-              secret_file: str | None) -> str:
+def unit_text(name: str, argv: list[str], env_file: str, log_file: str, user: str | None, stop_timeout: float, secret_file: str | None) -> str:
     state_dir = os.path.normpath(os.path.dirname(env_file))
     lines = [
         UNIT_MARKER % state_dir,

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright (c) gpufleet.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -71,16 +70,16 @@ UNO_MAX_FRONTIER_SLOTS = 2048
 
 # What a draft model path means to each algorithm.
 DRAFT_REQUIRED = "required"
-DRAFT_OPTIONAL = "optional"    # SGLang can find the draft in the target checkpoint
+DRAFT_OPTIONAL = "optional"  # SGLang can find the draft in the target checkpoint
 DRAFT_FORBIDDEN = "forbidden"  # SGLang refuses to start with one
-DRAFT_UNUSED = "unused"        # SGLang ignores it
+DRAFT_UNUSED = "unused"  # SGLang ignores it
 
 
 class SpeculativeError(ValueError):
     """A speculative setting SGLang would refuse or silently change. ``field`` and ``value`` say which."""
 
     def __init__(self, field, value, reason):
-        super(SpeculativeError, self).__init__("%s: %s %s" % (field, _show(value), reason))
+        super().__init__("%s: %s %s" % (field, _show(value), reason))
         self.field = field
         self.value = value
         self.reason = reason
@@ -100,12 +99,10 @@ def normalize_algorithm(name, field="speculative.algorithm"):
     if upper in ALGORITHMS:
         return upper
     if upper == "FROZEN_KV_MTP":
-        raise SpeculativeError(field, name, "is chosen by SGLang itself when an EAGLE or NEXTN draft is a Gemma4 "
-                                            "assistant; ask for EAGLE or NEXTN")
+        raise SpeculativeError(field, name, "is chosen by SGLang itself when an EAGLE or NEXTN draft is a Gemma4 assistant; ask for EAGLE or NEXTN")
     if upper == "NONE":
         raise SpeculativeError(field, name, "is not an algorithm; leave speculative.algorithm unset to disable it")
-    raise SpeculativeError(field, name, "is not a speculative algorithm of SGLang %s; use one of %s"
-                           % (SGLANG_VERSION, ", ".join(ALGORITHMS)))
+    raise SpeculativeError(field, name, "is not a speculative algorithm of SGLang %s; use one of %s" % (SGLANG_VERSION, ", ".join(ALGORITHMS)))
 
 
 def effective_algorithm(name):
@@ -178,11 +175,9 @@ class _Outcome(object):
 
     def correct(self, name, requested, effective, reason):
         if self.strict:
-            raise SpeculativeError(self.field(name), requested, "would be changed to %s by SGLang: %s"
-                                   % (_show(effective), reason))
+            raise SpeculativeError(self.field(name), requested, "would be changed to %s by SGLang: %s" % (_show(effective), reason))
         self.corrections[name] = {"requested": requested, "effective": effective}
-        self.warnings.append("%s: %s is changed to %s by SGLang: %s"
-                             % (self.field(name), _show(requested), _show(effective), reason))
+        self.warnings.append("%s: %s is changed to %s by SGLang: %s" % (self.field(name), _show(requested), _show(effective), reason))
         return effective
 
     def ignored(self, name, value, reason):
@@ -191,9 +186,18 @@ class _Outcome(object):
         self.warnings.append("%s: %s is ignored by SGLang: %s" % (self.field(name), _show(value), reason))
 
 
-def resolve(algorithm=None, draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None,
-            max_running_requests=None, model_architecture=None, ngram_max_bfs_breadth=None, strict=True,
-            field_prefix="speculative"):
+def resolve(
+    algorithm=None,
+    draft_model_path=None,
+    num_steps=None,
+    eagle_topk=None,
+    num_draft_tokens=None,
+    max_running_requests=None,
+    model_architecture=None,
+    ngram_max_bfs_breadth=None,
+    strict=True,
+    field_prefix="speculative",
+):
     """Check speculative settings the way the pinned SGLang would, and say what will actually run.
 
     strict: refuse any setting SGLang would silently change or ignore. Otherwise return the
@@ -229,8 +233,7 @@ def resolve(algorithm=None, draft_model_path=None, num_steps=None, eagle_topk=No
         "warnings": out.warnings,
     }
     if requested is None:
-        for name, value in (("draft_model_path", draft_model_path), ("num_steps", steps), ("eagle_topk", topk),
-                            ("num_draft_tokens", draft_tokens)):
+        for name, value in (("draft_model_path", draft_model_path), ("num_steps", steps), ("eagle_topk", topk), ("num_draft_tokens", draft_tokens)):
             if value is not None:
                 out.ignored(name, value, "%s is not set" % out.field("algorithm"))
         result.update(draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None, params_source=None)
@@ -242,13 +245,12 @@ def resolve(algorithm=None, draft_model_path=None, num_steps=None, eagle_topk=No
     if policy == DRAFT_REQUIRED and draft_model_path is None:
         hint = ""
         if algo in EAGLE_FAMILY:
-            hint = (" (a target that carries its own MTP/NEXTN layer, such as DeepSeek-V3, may use its own model "
-                    "path here)")
-        raise SpeculativeError(out.field("draft_model_path"), None, "is not allowed: %s needs a draft model%s"
-                               % (requested, hint))
+            hint = " (a target that carries its own MTP/NEXTN layer, such as DeepSeek-V3, may use its own model path here)"
+        raise SpeculativeError(out.field("draft_model_path"), None, "is not allowed: %s needs a draft model%s" % (requested, hint))
     if policy == DRAFT_FORBIDDEN and draft_model_path is not None:
-        raise SpeculativeError(out.field("draft_model_path"), draft_model_path,
-                               "is not allowed: %s reuses the target model (it needs --uno-lora-path instead)" % requested)
+        raise SpeculativeError(
+            out.field("draft_model_path"), draft_model_path, "is not allowed: %s reuses the target model (it needs --uno-lora-path instead)" % requested
+        )
     if policy == DRAFT_UNUSED and draft_model_path is not None:
         out.ignored("draft_model_path", draft_model_path, "%s drafts without a draft model" % requested)
         result["draft_model_path"] = None
@@ -273,9 +275,12 @@ def _resolve_eagle_family(out, result, requested, model_architecture):
     if given and len(given) != 3:
         missing = [name for name in ("num_steps", "eagle_topk", "num_draft_tokens") if result[name] is None]
         first = given[0]
-        raise SpeculativeError(out.field(first), result[first], "is given without %s: SGLang takes num_steps, "
-                               "eagle_topk and num_draft_tokens all together or none of them"
-                               % ", ".join(out.field(m) for m in missing))
+        raise SpeculativeError(
+            out.field(first),
+            result[first],
+            "is given without %s: SGLang takes num_steps, "
+            "eagle_topk and num_draft_tokens all together or none of them" % ", ".join(out.field(m) for m in missing),
+        )
     if not given:
         chosen = auto_params(requested, model_architecture)
         if chosen is None:
@@ -284,15 +289,13 @@ def _resolve_eagle_family(out, result, requested, model_architecture):
         steps, topk, draft_tokens = chosen
         result.update(num_steps=steps, eagle_topk=topk, num_draft_tokens=draft_tokens, params_source="auto")
     if topk == 1 and draft_tokens != steps + 1:
-        result["num_draft_tokens"] = out.correct("num_draft_tokens", draft_tokens, steps + 1,
-                                                 "with eagle_topk 1 it must be num_steps + 1")
+        result["num_draft_tokens"] = out.correct("num_draft_tokens", draft_tokens, steps + 1, "with eagle_topk 1 it must be num_steps + 1")
 
 
 def _resolve_ngram(out, result, breadth):
     breadth = NGRAM_DEFAULT_MAX_BFS_BREADTH if breadth is None else breadth
     if result["eagle_topk"] is not None and result["eagle_topk"] != breadth:
-        out.correct("eagle_topk", result["eagle_topk"], breadth,
-                    "NGRAM takes it from --speculative-ngram-max-bfs-breadth")
+        out.correct("eagle_topk", result["eagle_topk"], breadth, "NGRAM takes it from --speculative-ngram-max-bfs-breadth")
     result["eagle_topk"] = breadth
     if result["num_draft_tokens"] is None:
         result["num_draft_tokens"] = NGRAM_DEFAULT_DRAFT_TOKENS
@@ -308,8 +311,7 @@ def _resolve_block_drafters(out, result, algo):
             out.correct(name, result[name], 1, "%s only supports 1" % algo)
         result[name] = 1
     if algo == "DSPARK" and result["num_draft_tokens"] is not None and result["num_draft_tokens"] < 2:
-        raise SpeculativeError(out.field("num_draft_tokens"), result["num_draft_tokens"],
-                               "is not allowed; DSPARK needs at least 2 (block size + 1)")
+        raise SpeculativeError(out.field("num_draft_tokens"), result["num_draft_tokens"], "is not allowed; DSPARK needs at least 2 (block size + 1)")
     if result["num_draft_tokens"] is None:
         # DFLASH reads the block size from the draft checkpoint (16 if it cannot); DSPARK reads gamma
         # from it (DSPARK_DEFAULT_GAMMA + 1 if absent). Neither is knowable without the checkpoint.
@@ -319,8 +321,7 @@ def _resolve_block_drafters(out, result, algo):
 def _resolve_uno(out, result):
     width = result["num_draft_tokens"]
     if width is None:
-        raise SpeculativeError(out.field("num_draft_tokens"), None,
-                               "is not allowed: UNO needs the verify width in num_draft_tokens")
+        raise SpeculativeError(out.field("num_draft_tokens"), None, "is not allowed: UNO needs the verify width in num_draft_tokens")
     topk = 1 if result["eagle_topk"] is None else result["eagle_topk"]
     if topk == 1:
         if result["num_steps"] is not None and result["num_steps"] != 1:
@@ -329,17 +330,16 @@ def _resolve_uno(out, result):
         return
     steps = result["num_steps"]
     if steps is None:
-        raise SpeculativeError(out.field("num_steps"), None,
-                               "is not allowed: UNO's tree mode (eagle_topk > 1) needs num_steps")
+        raise SpeculativeError(out.field("num_steps"), None, "is not allowed: UNO's tree mode (eagle_topk > 1) needs num_steps")
     field = out.field("num_draft_tokens")
     if width < steps + 1:
-        raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs at least num_steps + 1 (%d)"
-                               % (steps + 1))
+        raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs at least num_steps + 1 (%d)" % (steps + 1))
     if width > UNO_MAX_VERIFY_WIDTH:
         raise SpeculativeError(field, width, "is not allowed; UNO's tree mode takes at most %d" % UNO_MAX_VERIFY_WIDTH)
     if width * topk > UNO_MAX_FRONTIER_SLOTS:
-        raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs num_draft_tokens * eagle_topk "
-                               "<= %d (eagle_topk is %d)" % (UNO_MAX_FRONTIER_SLOTS, topk))
+        raise SpeculativeError(
+            field, width, "is not allowed; UNO's tree mode needs num_draft_tokens * eagle_topk <= %d (eagle_topk is %d)" % (UNO_MAX_FRONTIER_SLOTS, topk)
+        )
     capacity, level = 1, 1
     for _step in range(steps):
         level *= topk
@@ -347,9 +347,7 @@ def _resolve_uno(out, result):
         if capacity >= width:
             break
     if width > capacity:
-        raise SpeculativeError(field, width, "is not allowed; a tree of num_steps %d and eagle_topk %d holds at "
-                               "most %d nodes" % (steps, topk, capacity))
+        raise SpeculativeError(field, width, "is not allowed; a tree of num_steps %d and eagle_topk %d holds at most %d nodes" % (steps, topk, capacity))
     parents = topk * max(steps - 1, 0) + 1
     if width - 1 > parents:
-        raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs num_draft_tokens - 1 <= "
-                               "eagle_topk * (num_steps - 1) + 1 = %d" % parents)
+        raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs num_draft_tokens - 1 <= eagle_topk * (num_steps - 1) + 1 = %d" % parents)

@@ -20,7 +20,16 @@ import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    UNIT_MARKER, LaunchError, env_file_text, open_log, process_alive, session_members, start_process, stop_process, unit_text, write_private,
+    UNIT_MARKER,
+    LaunchError,
+    env_file_text,
+    open_log,
+    process_alive,
+    session_members,
+    start_process,
+    stop_process,
+    unit_text,
+    write_private,
 )
 
 UNIT_DIR = '/etc/systemd/system'
@@ -72,8 +81,7 @@ class Supervisor:
 
     kind = ''
 
-    def start(self, state: dict, argv: list[str], env: dict, log_file: str, run_as: str | None, stop_timeout: float,
-              env_file: str, secret_file: str | None):
+    def start(self, state: dict, argv: list[str], env: dict, log_file: str, run_as: str | None, stop_timeout: float, env_file: str, secret_file: str | None):
         """Start the server; fill ``state`` (pid, ...); return a callable telling whether it is still alive."""
         raise NotImplementedError
 
@@ -103,11 +111,13 @@ class ProcessSupervisor(Supervisor):
 
     def start(self, state, argv, env, log_file, run_as, stop_timeout, env_file, secret_file):
         proc, info = start_process(argv, env, log_file, run_as)
-        state.update(pid=proc.pid, pgid=info.pgid if info else proc.pid, sid=info.sid if info else proc.pid,
-                     starttime=info.starttime if info else None, unit=None)
+        state.update(
+            pid=proc.pid, pgid=info.pgid if info else proc.pid, sid=info.sid if info else proc.pid, starttime=info.starttime if info else None, unit=None
+        )
 
         def alive() -> bool:
             return proc.poll() is None
+
         return alive
 
     def stop(self, state, stop_timeout):
@@ -170,6 +180,7 @@ class SystemdSupervisor(Supervisor):
 
         def alive() -> bool:
             return Systemctl.active_state(self.unit) in ('active', 'activating')
+
         return alive
 
     def stop(self, state, stop_timeout):
@@ -195,8 +206,10 @@ class SystemdSupervisor(Supervisor):
         # The second form is what the first release wrote.
         if first in (UNIT_MARKER % os.path.normpath(state_dir), LEGACY_UNIT_MARKER):
             return None
-        return ('%s exists and was not written by gpufleet.sglang for the state directory %s; it is left alone: '
-                'rename the instance or remove that unit' % (self.unit_file, state_dir))
+        return '%s exists and was not written by gpufleet.sglang for the state directory %s; it is left alone: rename the instance or remove that unit' % (
+            self.unit_file,
+            state_dir,
+        )
 
     def owns(self, pid, state):
         try:

@@ -131,7 +131,10 @@ gpus:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY, PYNVML_IMPORT_ERROR, Nvml, NvmlError,
+    NVML_LIBRARY,
+    PYNVML_IMPORT_ERROR,
+    Nvml,
+    NvmlError,
 )
 
 

@@ -248,11 +248,16 @@ import re
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY, PYNVML_IMPORT_ERROR, Nvml, NvmlError,
+    NVML_LIBRARY,
+    PYNVML_IMPORT_ERROR,
+    Nvml,
+    NvmlError,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._ownership import Ownership
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import (
-    process_table, protected_pids, terminate,
+    process_table,
+    protected_pids,
+    terminate,
 )
 
 DEFAULT_MATCH = r'^sglang::|sglang\.launch_server|(^|/|\s)sglang\s+serve(\s|$)'
@@ -279,16 +284,16 @@ class GpuKiller:
             except NvmlError as exc:
                 if index in chosen:
                     raise
-                raise NvmlError('%s; GPU %d was not chosen, but its processes must be known to be sure that '
-                                'nothing stopped holds memory on it' % (exc, index))
+                raise NvmlError(
+                    '%s; GPU %d was not chosen, but its processes must be known to be sure that nothing stopped holds memory on it' % (exc, index)
+                ) from exc
             for proc in processes:
                 holders.setdefault(proc['pid'], {})[index] = proc['used_mib']
         return holders
 
     def ownership(self, holders: dict, chosen: list[int]) -> Ownership:
         params = self.module.params
-        return Ownership(process_table(), holders, chosen, self.pattern, self.protected, scope=params['scope'],
-                         kill_unmatched=params['kill_unmatched'])
+        return Ownership(process_table(), holders, chosen, self.pattern, self.protected, scope=params['scope'], kill_unmatched=params['kill_unmatched'])
 
     def run(self) -> None:
         params = self.module.params
@@ -313,10 +318,12 @@ class GpuKiller:
         stuck = self.stop(owner, plan, result)
         self.add_diff(result, before, plan.spared)
         if stuck:
-            self.module.fail_json(msg='%d process(es) still alive %.0fs after SIGKILL (stuck in the kernel on the driver? '
-                                      'state D needs the driver to recover or a reboot): %s'
-                                      % (len(stuck), params['kill_timeout'],
-                                         '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck)), **result)
+            self.module.fail_json(
+                msg='%d process(es) still alive %.0fs after SIGKILL (stuck in the kernel on the driver? '
+                'state D needs the driver to recover or a reboot): %s'
+                % (len(stuck), params['kill_timeout'], '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck)),
+                **result,
+            )
         self.module.exit_json(**result)
 
     def stop(self, owner: Ownership, plan, result: dict) -> list:

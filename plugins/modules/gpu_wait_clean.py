@@ -132,7 +132,12 @@ import math
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY, PYNVML_IMPORT_ERROR, Nvml, NvmlError, WaitTimeout, wait_clean,
+    NVML_LIBRARY,
+    PYNVML_IMPORT_ERROR,
+    Nvml,
+    NvmlError,
+    WaitTimeout,
+    wait_clean,
 )
 
 

@@ -202,7 +202,14 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import (
-    DEFAULT_STATE_DIR, NAME_RE, SMOKE_PROMPT, Instance, as_float, mask_server_info, read_instance, speculative_of,
+    DEFAULT_STATE_DIR,
+    NAME_RE,
+    SMOKE_PROMPT,
+    Instance,
+    as_float,
+    mask_server_info,
+    read_instance,
+    speculative_of,
 )
 
 
@@ -215,8 +222,7 @@ class InstanceReader:
         if self.params['names']:
             for name in self.params['names']:
                 if not NAME_RE.match(name):
-                    self.module.fail_json(msg='names: %r is not an instance name (letters, digits, ".", "_" and "-", '
-                                              'starting with a letter or digit)' % name)
+                    self.module.fail_json(msg='names: %r is not an instance name (letters, digits, ".", "_" and "-", starting with a letter or digit)' % name)
             return sorted(set(self.params['names']))
         try:
             entries = os.listdir(self.params['state_dir'])
@@ -229,18 +235,47 @@ class InstanceReader:
 
     def read(self, name: str) -> dict:
         instance = Instance(name, self.params['state_dir'])
-        out = dict(name=name, exists=False, state_file=instance.state_file, running=False, healthy=False,
-                   health_status=None, url=None, pid=None, unit=None, supervisor=None, config=None, previous=None,
-                   argv=None, started_at=None, seconds_to_ready=None, speculative=None, version=None,
-                   accept_length=None, gen_throughput=None, server_info=None, smoke=None, error=None)
+        out = dict(
+            name=name,
+            exists=False,
+            state_file=instance.state_file,
+            running=False,
+            healthy=False,
+            health_status=None,
+            url=None,
+            pid=None,
+            unit=None,
+            supervisor=None,
+            config=None,
+            previous=None,
+            argv=None,
+            started_at=None,
+            seconds_to_ready=None,
+            speculative=None,
+            version=None,
+            accept_length=None,
+            gen_throughput=None,
+            server_info=None,
+            smoke=None,
+            error=None,
+        )
         state, out['error'] = read_instance(instance)
         if state is None:
             return out
         running = instance.running(state)
-        out.update(exists=True, running=running, url=state.get('url'), unit=state.get('unit'),
-                   supervisor=state.get('supervisor'), config=state.get('config'), previous=state.get('previous'),
-                   argv=state.get('argv'), started_at=state.get('started_at'),
-                   seconds_to_ready=state.get('seconds_to_ready'), pid=state.get('pid') if running else None)
+        out.update(
+            exists=True,
+            running=running,
+            url=state.get('url'),
+            unit=state.get('unit'),
+            supervisor=state.get('supervisor'),
+            config=state.get('config'),
+            previous=state.get('previous'),
+            argv=state.get('argv'),
+            started_at=state.get('started_at'),
+            seconds_to_ready=state.get('seconds_to_ready'),
+            pid=state.get('pid') if running else None,
+        )
         if not running or not instance.probe_url(state):
             return out
         timeout = self.params['timeout']
@@ -250,12 +285,15 @@ class InstanceReader:
         if info is not None:
             states = info.get('internal_states') or [{}]
             first = states[0] if isinstance(states[0], dict) else {}
-            out.update(server_info=mask_server_info(info), version=info.get('version'),
-                       accept_length=as_float(first.get('avg_spec_accept_length')),
-                       gen_throughput=as_float(first.get('last_gen_throughput')), speculative=speculative_of(info))
+            out.update(
+                server_info=mask_server_info(info),
+                version=info.get('version'),
+                accept_length=as_float(first.get('avg_spec_accept_length')),
+                gen_throughput=as_float(first.get('last_gen_throughput')),
+                speculative=speculative_of(info),
+            )
         if out['healthy'] and self.params['smoke_max_tokens'] > 0:
-            out['smoke'] = instance.smoke(state, self.params['api_key'], self.params['smoke_max_tokens'],
-                                          self.params['smoke_prompt'], max(timeout, 60.0))
+            out['smoke'] = instance.smoke(state, self.params['api_key'], self.params['smoke_max_tokens'], self.params['smoke_prompt'], max(timeout, 60.0))
         return out
 
 

@@ -514,13 +514,16 @@ INSTANCE_OPTIONS = dict(
     port=dict(type='int', default=30000),
     gpus=dict(type='list', elements='str', default=[]),
     tp_size=dict(type='int'),
-    speculative=dict(type='dict', options=dict(
-        algorithm=dict(type='str'),
-        draft_model_path=dict(type='str'),
-        num_steps=dict(type='int'),
-        eagle_topk=dict(type='int'),
-        num_draft_tokens=dict(type='int', no_log=False),
-    )),
+    speculative=dict(
+        type='dict',
+        options=dict(
+            algorithm=dict(type='str'),
+            draft_model_path=dict(type='str'),
+            num_steps=dict(type='int'),
+            eagle_topk=dict(type='int'),
+            num_draft_tokens=dict(type='int', no_log=False),
+        ),
+    ),
     strict=dict(type='bool', default=True),
     extra_args=dict(type='dict', default={}),
     environment=dict(type='dict', default={}),

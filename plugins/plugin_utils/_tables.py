@@ -37,7 +37,7 @@ def one_line(text) -> str:
 def cut(text, width: int = CMDLINE_WIDTH) -> str:
     """One line of at most `width` characters; '...' ends what was cut."""
     text = one_line(text)
-    return text if len(text) <= width else text[:max(width - 3, 1)].rstrip() + '...'
+    return text if len(text) <= width else text[: max(width - 3, 1)].rstrip() + '...'
 
 
 def number(value, digits: int) -> str:
@@ -78,12 +78,10 @@ def align(rows: Sequence[Row], right: Iterable[int] = ()) -> list[str]:
     """Rows of strings as lines, columns two spaces apart; the last column is left ragged."""
     right = frozenset(right)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ['  '.join([r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip()
-            for r in rows]
+    return ['  '.join([r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(len(widths))] + [r[-1]]).rstrip() for r in rows]
 
 
-def instance_table(reports, table: str, what: str, header: Row, right: Iterable[int], missing: str,
-                   cells: Callable[[dict], Sequence[str]]) -> list[str]:
+def instance_table(reports, table: str, what: str, header: Row, right: Iterable[int], missing: str, cells: Callable[[dict], Sequence[str]]) -> list[str]:
     """One row per host and instance: HOST, INSTANCE, the `cells` of the instance, and its RESULT.
 
     `reports` maps a host to its list of instances (`what`, in the error of filter `table` when it is not

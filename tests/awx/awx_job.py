@@ -20,7 +20,6 @@ from pathlib import Path
 
 import ansible_runner
 import yaml
-
 from simfleet import REPO, SIMGPU, VENV_BIN
 
 # What AWX puts in a job's environment for ansible (awx/main/tasks/jobs.py), less what needs a container.
@@ -49,8 +48,11 @@ class Job:
         return [e['event_data'].get('play', '') for e in self.events if e['event'] == 'playbook_on_play_start']
 
     def debug_messages(self) -> list:
-        return [e['event_data']['res'].get('msg') for e in self.events
-                if e['event'] == 'runner_on_ok' and e['event_data'].get('task_action') in ('debug', 'ansible.builtin.debug')]
+        return [
+            e['event_data']['res'].get('msg')
+            for e in self.events
+            if e['event'] == 'runner_on_ok' and e['event_data'].get('task_action') in ('debug', 'ansible.builtin.debug')
+        ]
 
     def table(self, header: str = 'HOST') -> list[str]:
         """The lines of the last table (a debug msg list) whose first line starts with header."""
@@ -95,8 +97,7 @@ def _prepare(pdd: Path, extra_vars: dict, fleet: dict) -> Path:
 
 def _runner_args(pdd: Path, template: dict, inventory: Path, timeout: int) -> dict:
     envvars = dict(AWX_ENV, PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')), PYTHONPATH=str(SIMGPU))
-    return dict(private_data_dir=str(pdd), playbook=template['playbook'], inventory=str(inventory), envvars=envvars,
-                quiet=True, timeout=timeout)
+    return dict(private_data_dir=str(pdd), playbook=template['playbook'], inventory=str(inventory), envvars=envvars, quiet=True, timeout=timeout)
 
 
 def _job(runner, started: float) -> Job:
@@ -119,6 +120,6 @@ def run_jobs(jobs: list[tuple[Path, dict, dict]], fleet: dict, timeout: int = 24
     for pdd, template, extra_vars in jobs:
         inventory = _prepare(pdd, extra_vars, fleet)
         running.append(ansible_runner.run_async(**_runner_args(pdd, template, inventory, timeout)))
-    for worker, runner in running:
+    for worker, _runner in running:
         worker.join(timeout + 30)
     return [_job(runner, started) for worker, runner in running]

@@ -68,12 +68,12 @@ def spec_errors(spec: dict) -> list[str]:
         seen.add(element['variable'])
         kind = element['type']
         if kind not in ALLOWED_TYPES:
-            errors.append("'%s' in survey question %d is not one of '%s' allowed question types."
-                          % (kind, idx, ', '.join(ALLOWED_TYPES)))
+            errors.append("'%s' in survey question %d is not one of '%s' allowed question types." % (kind, idx, ', '.join(ALLOWED_TYPES)))
             continue
         if 'default' in element and not isinstance(element['default'], ALLOWED_TYPES[kind]):
-            errors.append('Default value %s in survey question %d expected to be %s.'
-                          % (element['default'], idx, kind if kind in ('integer', 'float') else 'string'))
+            errors.append(
+                'Default value %s in survey question %d expected to be %s.' % (element['default'], idx, kind if kind in ('integer', 'float') else 'string')
+            )
         for key in ('min', 'max'):
             if element.get(key) is not None and not isinstance(element[key], int):
                 errors.append('The %s limit in survey question %d expected to be integer.' % (key, idx))
@@ -117,8 +117,7 @@ def element_errors(element: dict, answers: dict) -> list[str]:
     elif kind == 'multiselect':
         if not isinstance(value, list):
             return ["'%s' value is expected to be a list." % variable]
-        errors += ["Value %s for '%s' expected to be one of %s." % (v, variable, _choices(element))
-                   for v in value if v not in _choices(element)]
+        errors += ["Value %s for '%s' expected to be one of %s." % (v, variable, _choices(element)) for v in value if v not in _choices(element)]
     return errors
 
 
@@ -137,8 +136,9 @@ def launch_extra_vars(template: dict, answers: dict, template_extra_vars: dict |
     errors = [error for element in spec['spec'] for error in element_errors(element, submitted)]
     unknown = sorted(set(submitted) - set(element['variable'] for element in spec['spec']))
     if unknown:
-        errors.append('Variables %s are not allowed on launch. Check the Prompt on Launch setting on the Job Template '
-                      'to include Extra Variables.' % ', '.join(unknown))
+        errors.append(
+            'Variables %s are not allowed on launch. Check the Prompt on Launch setting on the Job Template to include Extra Variables.' % ', '.join(unknown)
+        )
     if errors:
         raise SurveyRefused(errors)
     extra_vars = dict(template_extra_vars or {})

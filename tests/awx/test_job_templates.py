@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from awx_job import run_job, run_jobs
 from awx_survey import SurveyRefused, element_errors, launch_extra_vars, spec_errors
 from relaunch_fleet import host_vars, server_pid, state, stop_all
@@ -60,9 +59,9 @@ OUT_OF_RANGE = [
 
 # --- the surveys as data --------------------------------------------------------------------------
 
+
 def test_every_playbook_has_a_job_template_whose_survey_awx_accepts():
-    assert sorted(BY_PLAYBOOK) == ['playbooks/install.yml', 'playbooks/relaunch.yml', 'playbooks/reset.yml',
-                                   'playbooks/status.yml']
+    assert sorted(BY_PLAYBOOK) == ['playbooks/install.yml', 'playbooks/relaunch.yml', 'playbooks/reset.yml', 'playbooks/status.yml']
     assert len(set(t['name'] for t in TEMPLATES)) == len(TEMPLATES)
     for template in TEMPLATES:
         assert (REPO / template['playbook']).is_file(), template['playbook']
@@ -79,8 +78,16 @@ def test_every_playbook_has_a_job_template_whose_survey_awx_accepts():
 
 def test_relaunch_survey_asks_for_the_relaunch_interface():
     asked = dict((e['variable'], e['type']) for e in RELAUNCH['survey_spec']['spec'])
-    assert asked == dict(target='text', algorithm='multiplechoice', draft_model='text', steps='integer',
-                         topk='integer', draft_tokens='integer', batch='integer', max_fail_percentage='integer')
+    assert asked == dict(
+        target='text',
+        algorithm='multiplechoice',
+        draft_model='text',
+        steps='integer',
+        topk='integer',
+        draft_tokens='integer',
+        batch='integer',
+        max_fail_percentage='integer',
+    )
     # Unanswered speculative questions keep each host's configuration: none is required or has a default.
     for variable in ('algorithm', 'draft_model', 'steps', 'topk', 'draft_tokens'):
         assert not question(RELAUNCH, variable)['required'] and 'default' not in question(RELAUNCH, variable)
@@ -104,8 +111,7 @@ def _resolve_with(field: str, value: int) -> dict:
     return _speculative.resolve(algorithm='EAGLE', draft_model_path='draft', **counts)
 
 
-@pytest.mark.parametrize('variable, field', [('steps', 'num_steps'), ('topk', 'eagle_topk'),
-                                             ('draft_tokens', 'num_draft_tokens')])
+@pytest.mark.parametrize('variable, field', [('steps', 'num_steps'), ('topk', 'eagle_topk'), ('draft_tokens', 'num_draft_tokens')])
 def test_integer_limits_are_sglangs(variable, field):
     element = question(RELAUNCH, variable)
     # The minimum is the smallest value SGLang's rules accept.
@@ -115,8 +121,10 @@ def test_integer_limits_are_sglangs(variable, field):
     assert refused.value.field == 'speculative.%s' % field
     # The maximum is a guardrail (SGLang has none, but for UNO's verify width): it never refuses a
     # value SGLang picks by itself, and SGLang accepts it.
-    auto = [params[('num_steps', 'eagle_topk', 'num_draft_tokens').index(field)]
-            for params in [_speculative.AUTO_PARAMS_DEFAULT] + list(_speculative.AUTO_PARAMS_BY_ARCHITECTURE.values())]
+    auto = [
+        params[('num_steps', 'eagle_topk', 'num_draft_tokens').index(field)]
+        for params in [_speculative.AUTO_PARAMS_DEFAULT] + list(_speculative.AUTO_PARAMS_BY_ARCHITECTURE.values())
+    ]
     assert element['max'] >= max(auto)
     assert _resolve_with(field, element['max'])[field] == element['max']
     if field == 'num_draft_tokens':
@@ -124,6 +132,7 @@ def test_integer_limits_are_sglangs(variable, field):
 
 
 # --- AWX's survey rules (the helper) --------------------------------------------------------------
+
 
 def test_survey_helper_follows_awx_rules():
     element = dict(variable='n', type='integer', required=True, min=1, max=5, question_name='n')
@@ -141,9 +150,11 @@ def test_survey_helper_follows_awx_rules():
     # Spec checks: what the controller refuses to save.
     assert spec_errors(dict(name='s', description='', spec=[])) == ["'spec' doesn't contain any items."]
     bad = dict(name='s', description='', spec=[dict(element, default=''), dict(element), dict(choice, default='C')])
-    assert spec_errors(bad) == ["Default value  in survey question 0 expected to be integer.",
-                                "'variable' 'n' duplicated in survey question 1.",
-                                'Default choice must be answered from the choices listed.']
+    assert spec_errors(bad) == [
+        "Default value  in survey question 0 expected to be integer.",
+        "'variable' 'n' duplicated in survey question 1.",
+        'Default choice must be answered from the choices listed.',
+    ]
 
 
 def test_launch_takes_valid_defaults_and_refuses_unknown_variables():
@@ -163,6 +174,7 @@ def test_out_of_range_answers_are_refused_by_the_survey(answers, message, prefli
 
 # --- the apply playbook and the execution environment ---------------------------------------------
 
+
 @pytest.fixture(scope='session')
 def awx_collection() -> Path:
     subprocess.run([str(REPO / 'tests' / 'awx' / 'install-awx-collection.sh')], check=True, capture_output=True)
@@ -174,8 +186,9 @@ def apply(awx_collection: Path, *args: str, **env) -> subprocess.CompletedProces
     for name in ('CONTROLLER_HOST', 'CONTROLLER_USERNAME', 'CONTROLLER_PASSWORD', 'CONTROLLER_OAUTH_TOKEN'):
         environ.pop(name, None)
     environ.update(env)
-    return subprocess.run(['ansible-playbook', str(AWX / 'apply.yml')] + list(args), env=environ, cwd=str(AWX),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        ['ansible-playbook', str(AWX / 'apply.yml')] + list(args), env=environ, cwd=str(AWX), capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_apply_playbook_checks_its_variables_then_talks_to_the_controller(awx_collection):
@@ -185,9 +198,18 @@ def test_apply_playbook_checks_its_variables_then_talks_to_the_controller(awx_co
     assert missing.returncode != 0 and 'Set gpufleet_awx_project_scm_url' in missing.stdout, missing.stdout
     # No controller listens here: the first awx.awx task gets as far as connecting to the one in the
     # environment, which shows that the modules resolve and take their host from CONTROLLER_HOST.
-    given = apply(awx_collection, '-e', 'gpufleet_awx_project_scm_url=https://git.invalid/gpufleet-sglang.git',
-                  '-e', 'gpufleet_awx_ee_image=localhost/gpufleet-sglang-ee:test', '-e', 'gpufleet_awx_machine_credential=ssh',
-                  CONTROLLER_HOST='http://127.0.0.1:9', CONTROLLER_USERNAME='nobody', CONTROLLER_PASSWORD='not-a-secret')
+    given = apply(
+        awx_collection,
+        '-e',
+        'gpufleet_awx_project_scm_url=https://git.invalid/gpufleet-sglang.git',
+        '-e',
+        'gpufleet_awx_ee_image=localhost/gpufleet-sglang-ee:test',
+        '-e',
+        'gpufleet_awx_machine_credential=ssh',
+        CONTROLLER_HOST='http://127.0.0.1:9',
+        CONTROLLER_USERNAME='nobody',
+        CONTROLLER_PASSWORD='not-a-secret',
+    )
     assert given.returncode != 0
     assert 'TASK [Execution environment with the collection]' in given.stdout, given.stdout
     assert re.search(r'127\.0\.0\.1:9|Connection refused|Failed to connect', given.stdout), given.stdout[-3000:]
@@ -202,10 +224,14 @@ def test_ansible_builder_creates_the_build_context(tmp_path):
     # The definition sits in awx/ and takes the tarball that `ansible-galaxy collection build` leaves next to it.
     (tmp_path / 'awx').mkdir()
     (tmp_path / 'awx' / 'execution-environment.yml').write_text((AWX / 'execution-environment.yml').read_text())
-    subprocess.run([str(VENV_BIN / 'ansible-galaxy'), 'collection', 'build', '--output-path', str(tmp_path), str(REPO)],
-                   check=True, capture_output=True)
-    created = subprocess.run([str(VENV_BIN / 'ansible-builder'), 'create', '-f', 'awx/execution-environment.yml', '-c', 'context'],
-                             cwd=str(tmp_path), capture_output=True, text=True, check=False)
+    subprocess.run([str(VENV_BIN / 'ansible-galaxy'), 'collection', 'build', '--output-path', str(tmp_path), str(REPO)], check=True, capture_output=True)
+    created = subprocess.run(
+        [str(VENV_BIN / 'ansible-builder'), 'create', '-f', 'awx/execution-environment.yml', '-c', 'context'],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert created.returncode == 0, created.stdout + created.stderr
     context = tmp_path / 'context'
     containerfile = (context / 'Containerfile').read_text()
@@ -221,16 +247,31 @@ def test_ansible_builder_creates_the_build_context(tmp_path):
     # collect the dependencies it declares with the context's own introspect script.
     installed = tmp_path / 'collections'
     # --force: the checkout's own link (ansible.cfg's collections_path) would count as installed.
-    subprocess.run([str(VENV_BIN / 'ansible-galaxy'), 'collection', 'install', '--offline', '--force', '-p', str(installed),
-                    str(context / '_build' / 'collection' / tarball)], cwd=str(tmp_path), check=True, capture_output=True)
-    introspected = subprocess.run([sys.executable, str(context / '_build' / 'scripts' / 'introspect.py'), 'introspect', str(installed)],
-                                  check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            str(VENV_BIN / 'ansible-galaxy'),
+            'collection',
+            'install',
+            '--offline',
+            '--force',
+            '-p',
+            str(installed),
+            str(context / '_build' / 'collection' / tarball),
+        ],
+        cwd=str(tmp_path),
+        check=True,
+        capture_output=True,
+    )
+    introspected = subprocess.run(
+        [sys.executable, str(context / '_build' / 'scripts' / 'introspect.py'), 'introspect', str(installed)], check=True, capture_output=True, text=True
+    )
     deps = yaml.safe_load(introspected.stdout)
     assert deps['python'] == []
     assert [line.split('#')[0].strip() for line in deps['system']] == ['openssh-clients [platform:rpm]', 'openssh-client [platform:dpkg]']
 
 
 # --- the job templates, launched as AWX launches them ---------------------------------------------
+
 
 def fleet_vars(hosts: list, **extra) -> dict:
     """Host configuration lives in the inventory, as in AWX; the survey only asks for what changes."""
@@ -259,8 +300,9 @@ def test_install_job(make_host, tmp_path):
     host = make_host('gpu-a', gpu_count=1)
     wheels = tmp_path / 'wheels'
     # The simulated SGLang, packaged, is what the install job installs in place of the real wheel.
-    subprocess.run([str(VENV_BIN / 'pip'), 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(VENV_BIN / 'pip'), 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')], check=True, capture_output=True
+    )
     [wheel] = list(wheels.glob('sglang-0.5.23-*.whl'))
     venv = tmp_path / 'sglang-venv'
     fleet = fleet_vars([host], sglang_install_venv=str(venv), sglang_install_package=str(wheel), sglang_install_extra_packages=[])
@@ -268,8 +310,9 @@ def test_install_job(make_host, tmp_path):
     assert job.status == 'successful' and job.rc == 0, job.failures() or job.stdout[-4000:]
     stats = job.stats()
     assert sorted(stats['ok']) == ['gpu-a'] and stats['changed'].get('gpu-a') and not stats['failures'], stats
-    version = subprocess.run([str(venv / 'bin' / 'python'), '-c', 'import importlib.metadata as m; print(m.version("sglang"))'],
-                             check=True, capture_output=True, text=True)
+    version = subprocess.run(
+        [str(venv / 'bin' / 'python'), '-c', 'import importlib.metadata as m; print(m.version("sglang"))'], check=True, capture_output=True, text=True
+    )
     assert version.stdout.strip() == '0.5.23'
 
 
@@ -319,8 +362,7 @@ def test_relaunch_status_reset_jobs_and_bad_answers_touch_nothing(make_host, tmp
 
         # Straight extra variables, past the survey, several jobs at once: the preflight refuses each on
         # every host, the rolling play never starts, and every server keeps running as it was.
-        refused = run_jobs([(jobs / ('bad-%d' % n), RELAUNCH, dict(answers, batch=2)) for n, (answers, _field) in enumerate(PREFLIGHT_REFUSES)],
-                           fleet)
+        refused = run_jobs([(jobs / ('bad-%d' % n), RELAUNCH, dict(answers, batch=2)) for n, (answers, _field) in enumerate(PREFLIGHT_REFUSES)], fleet)
         print('%d refused relaunch jobs in %.1fs' % (len(refused), max(job.seconds for job in refused)))
         for job, (answers, field) in zip(refused, PREFLIGHT_REFUSES):
             assert job.status == 'failed', (answers, job.stdout[-3000:])

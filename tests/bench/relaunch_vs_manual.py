@@ -112,7 +112,7 @@ def parse_profile(out: str) -> list[tuple[str, float]]:
     lines = out.splitlines()
     marks = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {'='}]
     rows = []
-    for line in lines[marks[-1] + 1:] if marks else []:
+    for line in lines[marks[-1] + 1 :] if marks else []:
         match = _PROFILE_LINE.match(line.rstrip())
         if match:
             rows.append((match.group(1).strip(), float(match.group(2))))
@@ -134,8 +134,7 @@ class Fleet:
 
     def __init__(self, root: Path, count: int, options: argparse.Namespace) -> None:
         self.root, self.count, self.options = root, count, options
-        self.hosts = [SimHost(root, 'bench%d-%02d' % (count, i), gpu_count=1, release_delay_ms=int(options.release * 1000))
-                      for i in range(count)]
+        self.hosts = [SimHost(root, 'bench%d-%02d' % (count, i), gpu_count=1, release_delay_ms=int(options.release * 1000)) for i in range(count)]
         settings = dict(startup_seconds=options.startup, warmup_seconds=0.0)
         self.vars = {}
         for host in self.hosts:
@@ -151,11 +150,21 @@ class Fleet:
     def playbook(self, name: str, *args: str, profile: bool = False) -> subprocess.CompletedProcess:
         extra = dict(ANSIBLE_FORKS=str(max(5, self.count)))
         if profile:
-            extra.update(ANSIBLE_COLLECTIONS_PATH='%s:%s' % (REPO / 'collections', collections_dir()),
-                         ANSIBLE_CALLBACKS_ENABLED=PROFILE_CALLBACK, PROFILE_TASKS_TASK_OUTPUT_LIMIT='100000',
-                         PROFILE_TASKS_SUMMARY_ONLY='true', PROFILE_TASKS_SORT_ORDER='descending')
-        return subprocess.run(['ansible-playbook', '-i', str(self.inventory), str(PLAYBOOKS / name)] + list(args),
-                              env=ansible_env(**extra), capture_output=True, text=True, timeout=self.timeout, check=False)
+            extra.update(
+                ANSIBLE_COLLECTIONS_PATH='%s:%s' % (REPO / 'collections', collections_dir()),
+                ANSIBLE_CALLBACKS_ENABLED=PROFILE_CALLBACK,
+                PROFILE_TASKS_TASK_OUTPUT_LIMIT='100000',
+                PROFILE_TASKS_SUMMARY_ONLY='true',
+                PROFILE_TASKS_SORT_ORDER='descending',
+            )
+        return subprocess.run(
+            ['ansible-playbook', '-i', str(self.inventory), str(PLAYBOOKS / name)] + list(args),
+            env=ansible_env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=self.timeout,
+            check=False,
+        )
 
     def relaunch(self, steps: int, profile: bool = False) -> tuple[float, float, str]:
         """Wall seconds, CPU seconds of the ansible-playbook tree, its output."""
@@ -165,8 +174,9 @@ class Fleet:
         wall = time.monotonic() - start
         cpu = children_cpu() - cpu
         if out.returncode != 0:
-            raise SystemExit('relaunch.yml -e steps=%d on %d hosts failed (rc %d):\n%s\n%s'
-                             % (steps, self.count, out.returncode, out.stdout[-4000:], out.stderr[-2000:]))
+            raise SystemExit(
+                'relaunch.yml -e steps=%d on %d hosts failed (rc %d):\n%s\n%s' % (steps, self.count, out.returncode, out.stdout[-4000:], out.stderr[-2000:])
+            )
         return wall, cpu, out.stdout
 
     def server_pids(self) -> list[int | None]:
@@ -182,9 +192,22 @@ class Fleet:
         pidfile = self.root / ('%s.manual.%d.pid' % (host.name, len(self.manual_pidfiles)))
         self.manual_pidfiles.append(pidfile)
         env = ansible_env(PYTHONPATH=SERVER_PATH, SIMGPU_STATE_DIR=str(host.state_dir))
-        return subprocess.Popen([str(MANUAL), str(host.python), str(hvars['sglang_server_port']), '0',
-                                 hvars['sglang_server_model_path'], 'sim/eagle-draft', '2', '1', '3',
-                                 str(self.root / ('%s.manual.log' % host.name)), str(pidfile)], env=env)
+        return subprocess.Popen(
+            [
+                str(MANUAL),
+                str(host.python),
+                str(hvars['sglang_server_port']),
+                '0',
+                hvars['sglang_server_model_path'],
+                'sim/eagle-draft',
+                '2',
+                '1',
+                '3',
+                str(self.root / ('%s.manual.log' % host.name)),
+                str(pidfile),
+            ],
+            env=env,
+        )
 
     def manual(self, parallel: bool) -> float:
         """Wall seconds of the manual loop over every host, all at once or one after the other."""
@@ -215,11 +238,13 @@ class Fleet:
 
     def wait_clean(self, timeout: float = 60.0) -> None:
         """Until no GPU memory is in use on any host (the killed servers' memory is released late)."""
-        probe = ('import time, pynvml as n\nn.nvmlInit()\nh = n.nvmlDeviceGetHandleByIndex(0)\n'
-                 'end = time.monotonic() + %f\n'
-                 'while n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2).used >= 64 << 20:\n'
-                 '    if time.monotonic() > end: raise SystemExit("GPU 0 still in use")\n'
-                 '    time.sleep(0.1)\n' % timeout)
+        probe = (
+            'import time, pynvml as n\nn.nvmlInit()\nh = n.nvmlDeviceGetHandleByIndex(0)\n'
+            'end = time.monotonic() + %f\n'
+            'while n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2).used >= 64 << 20:\n'
+            '    if time.monotonic() > end: raise SystemExit("GPU 0 still in use")\n'
+            '    time.sleep(0.1)\n' % timeout
+        )
         for host in self.hosts:
             subprocess.run([str(host.python), '-c', probe], env=ansible_env(), check=True, timeout=timeout + 30)
 
@@ -244,24 +269,29 @@ class Fleet:
         new = self.server_pids()
         starts = [process_start(pid) for pid in new]
         if None in starts or set(old) & set(new):
-            raise SystemExit('relaunch.yml returned, but not every host has a new server running: old pids %s, new %s'
-                             % (old, new))
-        row = dict(wall=wall, cpu_per_host=cpu / self.count, spread=max(starts) - min(starts),
-                   old_parents=old_parents, new_running=sum(1 for pid in new if alive(pid)),
-                   profile=parse_profile(out) if self.options.profile else None, profile_wall=wall)
+            raise SystemExit('relaunch.yml returned, but not every host has a new server running: old pids %s, new %s' % (old, new))
+        row = dict(
+            wall=wall,
+            cpu_per_host=cpu / self.count,
+            spread=max(starts) - min(starts),
+            old_parents=old_parents,
+            new_running=sum(1 for pid in new if alive(pid)),
+            profile=parse_profile(out) if self.options.profile else None,
+            profile_wall=wall,
+        )
         row['manual_parallel'] = self.manual(parallel=True)
         # The manual loop kills by command line: make sure it did kill what relaunch.yml started.
         survivors = [pid for pid in new if alive(pid)]
         if survivors:
-            raise SystemExit('the manual loop left the servers of relaunch.yml running (pids %s): its kill pattern no '
-                             'longer matches their command line' % survivors)
+            raise SystemExit(
+                'the manual loop left the servers of relaunch.yml running (pids %s): its kill pattern no longer matches their command line' % survivors
+            )
         row['manual_serial'] = self.manual(parallel=False) if self.count > 1 else row['manual_parallel']
         return row
 
 
 def median_row(runs: list[dict]) -> dict:
-    row = {key: statistics.median(run[key] for run in runs)
-           for key in ('wall', 'cpu_per_host', 'spread', 'manual_parallel', 'manual_serial')}
+    row = {key: statistics.median(run[key] for run in runs) for key in ('wall', 'cpu_per_host', 'spread', 'manual_parallel', 'manual_serial')}
     row['old_parents'] = sorted({p for run in runs for p in run['old_parents']})
     row['new_running'] = min(run['new_running'] for run in runs)
     row['profile'], row['profile_wall'] = runs[-1]['profile'], runs[-1]['profile_wall']
@@ -275,32 +305,50 @@ def verdict(value: float | None, limit: float) -> str:
 
 def report(rows: dict[int, dict], options: argparse.Namespace) -> None:
     floor = options.startup + options.release
-    print('relaunch of a simulated fleet, each size in one batch: simulated startup %.1fs, release delay %.1fs '
-          '(%.1fs that no method can avoid); %d cores here%s'
-          % (options.startup, options.release, floor, os.cpu_count(),
-             '; medians of %d runs' % options.repeats if options.repeats > 1 else ''))
-    print('manual loop (tests/bench/manual_relaunch.sh): kill -9, sleep %ss, NVML memory check, start in the background, '
-          'poll /health every %ss; "all" = every host at once, "1by1" = one host after the other'
-          % (os.environ.get('MANUAL_FIXED_SLEEP', '5'), os.environ.get('MANUAL_HEALTH_POLL', '5')))
-    head = ('hosts', 'relaunch.yml s', 'overhead s', 'CPU s/host', 'start spread s', 'manual all s', 'ratio',
-            'manual 1by1 s', 'ratio')
+    print(
+        'relaunch of a simulated fleet, each size in one batch: simulated startup %.1fs, release delay %.1fs '
+        '(%.1fs that no method can avoid); %d cores here%s'
+        % (options.startup, options.release, floor, os.cpu_count(), '; medians of %d runs' % options.repeats if options.repeats > 1 else '')
+    )
+    print(
+        'manual loop (tests/bench/manual_relaunch.sh): kill -9, sleep %ss, NVML memory check, start in the background, '
+        'poll /health every %ss; "all" = every host at once, "1by1" = one host after the other'
+        % (os.environ.get('MANUAL_FIXED_SLEEP', '5'), os.environ.get('MANUAL_HEALTH_POLL', '5'))
+    )
+    head = ('hosts', 'relaunch.yml s', 'overhead s', 'CPU s/host', 'start spread s', 'manual all s', 'ratio', 'manual 1by1 s', 'ratio')
     print('%-5s %14s %10s %10s %14s %12s %6s %13s %6s' % head)
     for count, row in rows.items():
-        print('%-5d %14.1f %10.1f %10.2f %14.2f %12.1f %6.2f %13.1f %6.2f'
-              % (count, row['wall'], row['wall'] - floor, row['cpu_per_host'], row['spread'], row['manual_parallel'],
-                 row['wall'] / row['manual_parallel'], row['manual_serial'], row['wall'] / row['manual_serial']))
+        print(
+            '%-5d %14.1f %10.1f %10.2f %14.2f %12.1f %6.2f %13.1f %6.2f'
+            % (
+                count,
+                row['wall'],
+                row['wall'] - floor,
+                row['cpu_per_host'],
+                row['spread'],
+                row['manual_parallel'],
+                row['wall'] / row['manual_parallel'],
+                row['manual_serial'],
+                row['wall'] / row['manual_serial'],
+            )
+        )
     parents = sorted({p for row in rows.values() for p in row['old_parents']})
     running = all(row['new_running'] == count for count, row in rows.items())
-    print('CPU s/host: user+sys of the ansible-playbook tree (modules included) / hosts; the servers are outside it: '
-          'parent of the old servers: %s, new servers still running once ansible-playbook returned: %s'
-          % ('pid ' + ', '.join(map(str, parents)) if parents else 'none alive', 'all' if running else 'NOT ALL'))
+    print(
+        'CPU s/host: user+sys of the ansible-playbook tree (modules included) / hosts; the servers are outside it: '
+        'parent of the old servers: %s, new servers still running once ansible-playbook returned: %s'
+        % ('pid ' + ', '.join(map(str, parents)) if parents else 'none alive', 'all' if running else 'NOT ALL')
+    )
     print('start spread: latest minus earliest start time of the new servers (/proc/<pid>/stat), overlap evidence')
     if options.repeats > 1:
-        print('relaunch.yml wall of each run: %s' % '; '.join(
-            '%d host%s: %s s' % (count, 's' if count > 1 else '', ' '.join('%.1f' % wall for wall in row['walls']))
-            for count, row in rows.items()))
-    print('load average of this machine before and after: %s and %s (other work on these cores slows every column)'
-          % (options.load_before, ' '.join('%.1f' % load for load in os.getloadavg())))
+        print(
+            'relaunch.yml wall of each run: %s'
+            % '; '.join('%d host%s: %s s' % (count, 's' if count > 1 else '', ' '.join('%.1f' % wall for wall in row['walls'])) for count, row in rows.items())
+        )
+    print(
+        'load average of this machine before and after: %s and %s (other work on these cores slows every column)'
+        % (options.load_before, ' '.join('%.1f' % load for load in os.getloadavg()))
+    )
 
     print('\ntargets (issue 8, stated for startup 10s, release 3s)')
     one = rows.get(1)
@@ -312,29 +360,36 @@ def report(rows: dict[int, dict], options: argparse.Namespace) -> None:
             print('  %-44s %10s  %-9s  %s' % (what, figure % value, target, verdict(value, limit)))
 
     line('1 host: our overhead', '%.1f s', '<= 2 s', one['wall'] - floor if one else None, 2.0, ' (--hosts 1)')
-    line('1 host: wall / manual loop (one host)', '%.2fx', '<= 0.9x', one['wall'] / one['manual_serial'] if one else None,
-         0.9, ' (--hosts 1)')
+    line('1 host: wall / manual loop (one host)', '%.2fx', '<= 0.9x', one['wall'] / one['manual_serial'] if one else None, 0.9, ' (--hosts 1)')
     for count, limit in ((4, 1.5), (16, 2.0)):
         value = rows[count]['wall'] / one['wall'] if one and count in rows else None
-        line('%d hosts in one batch: wall / 1-host wall' % count, '%.2fx', '<= %gx' % limit, value, limit,
-             ' (--hosts 1 %d)' % count)
+        line('%d hosts in one batch: wall / 1-host wall' % count, '%.2fx', '<= %gx' % limit, value, limit, ' (--hosts 1 %d)' % count)
     for count, row in rows.items():
-        line('controller CPU per host-relaunch, %d host%s' % (count, 's' if count > 1 else ''), '%.2f s', '<= 2 s',
-             row['cpu_per_host'], 2.0)
+        line('controller CPU per host-relaunch, %d host%s' % (count, 's' if count > 1 else ''), '%.2f s', '<= 2 s', row['cpu_per_host'], 2.0)
 
     if options.profile:
         for count, row in rows.items():
             tasks = summed_profile(row['profile'] or [])
-            print('\nprofile of relaunch.yml, %d host%s (%s: seconds from a task\'s start to the next one\'s, summed over '
-                  'tasks of the same name%s; top %d of %d names)'
-                  % (count, 's' if count > 1 else '', PROFILE_CALLBACK, ', last run' if options.repeats > 1 else '',
-                     min(options.profile_top, len(tasks)), len(tasks)))
+            print(
+                '\nprofile of relaunch.yml, %d host%s (%s: seconds from a task\'s start to the next one\'s, summed over '
+                'tasks of the same name%s; top %d of %d names)'
+                % (
+                    count,
+                    's' if count > 1 else '',
+                    PROFILE_CALLBACK,
+                    ', last run' if options.repeats > 1 else '',
+                    min(options.profile_top, len(tasks)),
+                    len(tasks),
+                )
+            )
             if not tasks:
                 print('  (no profile_tasks summary in the output)')
-            for name, total, times in tasks[:options.profile_top]:
+            for name, total, times in tasks[: options.profile_top]:
                 print('  %7.2fs %4s  %s' % (total, 'x%d' % times, name))
-            print('  %7.2fs        all tasks (wall %.1fs: the rest is ansible-playbook starting, parsing and ending)'
-                  % (sum(total for dummy, total, dummy_n in tasks), row['profile_wall']))
+            print(
+                '  %7.2fs        all tasks (wall %.1fs: the rest is ansible-playbook starting, parsing and ending)'
+                % (sum(total for dummy, total, dummy_n in tasks), row['profile_wall'])
+            )
 
 
 def main() -> int:
@@ -343,8 +398,7 @@ def main() -> int:
     parser.add_argument('--startup', type=float, default=10.0, help='simulated weight loading, seconds')
     parser.add_argument('--release', type=float, default=3.0, help='simulated driver release delay, seconds')
     parser.add_argument('--repeats', type=int, default=1, help='runs per fleet size; medians are printed when > 1')
-    parser.add_argument('--profile', action='store_true',
-                        help='time every task of the timed relaunch.yml with %s and print the longest' % PROFILE_CALLBACK)
+    parser.add_argument('--profile', action='store_true', help='time every task of the timed relaunch.yml with %s and print the longest' % PROFILE_CALLBACK)
     parser.add_argument('--profile-top', type=int, default=12, help='how many task names the profile prints')
     options = parser.parse_args()
     if options.repeats < 1 or min(options.hosts) < 1:

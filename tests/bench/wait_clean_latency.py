@@ -33,8 +33,9 @@ def trial(host: SimHost, poll_interval: float) -> float:
     args = host.root / 'args.json'
     args.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': {'gpus': ['0'], 'timeout': 30, 'poll_interval': poll_interval}}))
     env = ansible_env(PYTHONPATH=str(REPO / 'collections'))
-    module = subprocess.Popen([str(host.python), '-m', 'ansible_collections.gpufleet.sglang.plugins.modules.gpu_wait_clean', str(args)],
-                              env=env, stdout=subprocess.PIPE, text=True)
+    module = subprocess.Popen(
+        [str(host.python), '-m', 'ansible_collections.gpufleet.sglang.plugins.modules.gpu_wait_clean', str(args)], env=env, stdout=subprocess.PIPE, text=True
+    )
     # Let the module start and make a few polls of a dirty GPU, as it would during a real teardown.
     time.sleep(1.0)
     os.kill(holder.pid, signal.SIGKILL)

@@ -31,7 +31,9 @@ def _load_env() -> dict[str, str]:
     """env.sh is the single source of CONTAINERS_CONF & co.: source it in bash and take its environment."""
     out = subprocess.run(
         ["bash", "-c", f'source "{HERE}/env.sh" && env -0'],
-        check=True, capture_output=True, timeout=30,
+        check=True,
+        capture_output=True,
+        timeout=30,
     ).stdout
     return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
 
@@ -41,9 +43,7 @@ ENV = _load_env()
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     # Always with env.sh's environment: CONTAINERS_CONF selects runc/cgroupfs/ulimits.
-    return subprocess.run(
-        ["podman", *args], env=ENV, check=check, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run(["podman", *args], env=ENV, check=check, capture_output=True, text=True, timeout=timeout)
 
 
 def cexec(name: str, script: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -73,8 +73,15 @@ def host(prerequisites) -> str:
     name = f"gpufleet-t-{uuid.uuid4().hex[:8]}"
     t0 = time.monotonic()
     podman(
-        "run", "-d", "--name", name, "--hostname", name,
-        "--systemd=always", "--network", ENV["GPUFLEET_TEST_NETWORK"],
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--hostname",
+        name,
+        "--systemd=always",
+        "--network",
+        ENV["GPUFLEET_TEST_NETWORK"],
         ENV["GPUFLEET_TEST_IMAGE"],
     )
     try:
@@ -114,7 +121,9 @@ def test_unit_killmode_control_group(host: str) -> None:
     unit, port, marker = "gpufleet-probe-http.service", 18080, "4242.5"
     # A child besides the main process: stopping the unit must take the whole cgroup, not one PID
     # (the reason SGLang units use KillMode=control-group: orphaned schedulers otherwise keep GPU memory).
-    cexec(host, f"""cat > /etc/systemd/system/{unit} <<'EOF'
+    cexec(
+        host,
+        f"""cat > /etc/systemd/system/{unit} <<'EOF'
 [Unit]
 Description=gpufleet container test: http.server with a child process
 
@@ -123,7 +132,8 @@ ExecStart=/bin/sh -c 'sleep {marker} & exec python3 -m http.server {port} --bind
 KillMode=control-group
 TimeoutStopSec=10
 EOF
-systemctl daemon-reload && systemctl start {unit}""")
+systemctl daemon-reload && systemctl start {unit}""",
+    )
     try:
         assert cexec(host, f"systemctl is-active {unit}", check=False).stdout.strip() == "active"
         cgroup = cexec(host, f"systemctl show -P ControlGroup {unit}").stdout.strip()
@@ -135,7 +145,9 @@ systemctl daemon-reload && systemctl start {unit}""")
 
         # From the host side: this machine reaches the container's address on the podman network.
         ip = podman(
-            "inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{ENV["GPUFLEET_TEST_NETWORK"]}").IPAddress}}}}',
+            "inspect",
+            "-f",
+            f'{{{{(index .NetworkSettings.Networks "{ENV["GPUFLEET_TEST_NETWORK"]}").IPAddress}}}}',
             host,
         ).stdout.strip()
         status, deadline = None, time.monotonic() + 20
@@ -164,7 +176,8 @@ def test_pip_installs_in_a_venv(host: str) -> None:
     r = cexec(
         host,
         "python3 -m venv /tmp/v && /tmp/v/bin/pip install -q six && /tmp/v/bin/python -c 'import six'",
-        check=False, timeout=300,
+        check=False,
+        timeout=300,
     )
     assert r.returncode == 0, f"pip install in the container failed:\n{r.stdout}\n{r.stderr}"
 
@@ -186,13 +199,23 @@ def test_ansible_ping_over_podman_connection(host: str, tmp_path: Path) -> None:
     t0 = time.monotonic()
     r = subprocess.run(
         [
-            _ansible_bin(), "all", "-i", f"{host},",
-            "-e", "ansible_connection=containers.podman.podman",
-            "-e", "ansible_python_interpreter=/usr/bin/python3",
-            "-m", "ansible.builtin.ping",
+            _ansible_bin(),
+            "all",
+            "-i",
+            f"{host},",
+            "-e",
+            "ansible_connection=containers.podman.podman",
+            "-e",
+            "ansible_python_interpreter=/usr/bin/python3",
+            "-m",
+            "ansible.builtin.ping",
         ],
         cwd=tmp_path,  # away from the repository's ansible.cfg: only what this test sets applies
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     TIMINGS["ansible ping via containers.podman.podman (s)"] = round(time.monotonic() - t0, 2)
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"

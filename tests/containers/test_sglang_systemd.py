@@ -55,8 +55,7 @@ def gpu_host(host: str, tmp_path_factory) -> str:
     _check(_run(["make", "-C", str(ROOT / "tests/simgpu")]), "make -C tests/simgpu")
     assert LIB.is_file(), f"{LIB} was not built"
     wheel_dir = tmp_path_factory.mktemp("wheel")
-    _check(_run([str(ROOT / ".venv/bin/pip"), "wheel", "-q", "--no-deps", "-w", str(wheel_dir),
-                 str(ROOT / "tests/simsglang")]), "pip wheel tests/simsglang")
+    _check(_run([str(ROOT / ".venv/bin/pip"), "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(ROOT / "tests/simsglang")]), "pip wheel tests/simsglang")
     wheels = sorted(wheel_dir.glob("sglang-*.whl"))
     assert len(wheels) == 1, wheels
     wheel = wheels[0]
@@ -67,8 +66,7 @@ def gpu_host(host: str, tmp_path_factory) -> str:
     TIMINGS["sglang/systemd: build + copy (s)"] = round(time.monotonic() - t0, 2)
 
     t1 = time.monotonic()
-    r = tc.cexec(host, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q /tmp/{wheel.name} nvidia-ml-py setproctitle",
-                 check=False, timeout=600)
+    r = tc.cexec(host, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q /tmp/{wheel.name} nvidia-ml-py setproctitle", check=False, timeout=600)
     assert r.returncode == 0, f"pip install in the container failed:\n{r.stdout}\n{r.stderr}"
     TIMINGS["sglang/systemd: venv + pip install in container (s)"] = round(time.monotonic() - t1, 2)
 
@@ -91,14 +89,27 @@ def module(host: str, cwd: Path, args: dict) -> tuple[dict, float]:
     if not (collections / "ansible_collections/containers/podman/MANIFEST.json").is_file():
         pytest.fail(f"containers.podman is missing under {collections}: run tests/containers/install-collections.sh")
     env = dict(ENV)
-    env.update(ANSIBLE_COLLECTIONS_PATH=f"{collections}:{ROOT / 'collections'}", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False")
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=f"{collections}:{ROOT / 'collections'}", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False"
+    )
     # One instance, given flat: the module's host-level options apart, the rest as its only instance.
     task = {k: v for k, v in args.items() if k in HOST_KEYS}
     task["instances"] = [{k: v for k, v in args.items() if k not in HOST_KEYS}]
-    argv = [tc._ansible_bin(), "all", "-i", f"{host},", "-o",
-            "-e", "ansible_connection=containers.podman.podman", "-e", f"ansible_python_interpreter={PY}",
-            "-m", "gpufleet.sglang.sglang_launch", "-a", json.dumps(task)]
+    argv = [
+        tc._ansible_bin(),
+        "all",
+        "-i",
+        f"{host},",
+        "-o",
+        "-e",
+        "ansible_connection=containers.podman.podman",
+        "-e",
+        f"ansible_python_interpreter={PY}",
+        "-m",
+        "gpufleet.sglang.sglang_launch",
+        "-a",
+        json.dumps(task),
+    ]
     t0 = time.monotonic()
     out = _run(argv, timeout=300, env=env, cwd=cwd)  # cwd away from the repository's ansible.cfg
     elapsed = round(time.monotonic() - t0, 2)
@@ -146,11 +157,20 @@ def test_sglang_launch_systemd(gpu_host: str, tmp_path: Path) -> None:
     host = gpu_host
     port = 30000
     args = {
-        "state": "started", "name": "demo", "python": PY, "model_path": "/models/fake",
-        "tp_size": 2, "gpus": ["0", "1"], "port": port, "supervisor": "systemd", "api_key": API_KEY,
-        "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/draft",
-                        "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
-        "ready_timeout": 120, "ready_poll_interval": 0.2, "stop_timeout": 20, "gpu_clean_timeout": 60,
+        "state": "started",
+        "name": "demo",
+        "python": PY,
+        "model_path": "/models/fake",
+        "tp_size": 2,
+        "gpus": ["0", "1"],
+        "port": port,
+        "supervisor": "systemd",
+        "api_key": API_KEY,
+        "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/draft", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+        "ready_timeout": 120,
+        "ready_poll_interval": 0.2,
+        "stop_timeout": 20,
+        "gpu_clean_timeout": 60,
     }
 
     # 1. start

@@ -93,9 +93,11 @@ def test_expanded_entries_are_whole(extracted):
         ours = flags.FLAGS[flag]
         if set(ours) != set(generator.ENTRY_KEYS):
             problems.append("%s: keys %s" % (flag, sorted(ours)))
-        problems += ["%s %s: %r is a %s, the wheel's %r a %s" % (flag, key, ours.get(key), type(ours.get(key)).__name__,
-                                                                 real[flag][key], type(real[flag][key]).__name__)
-                     for key in generator.ENTRY_KEYS if type(ours.get(key)) is not type(real[flag][key])]
+        problems += [
+            "%s %s: %r is a %s, the wheel's %r a %s" % (flag, key, ours.get(key), type(ours.get(key)).__name__, real[flag][key], type(real[flag][key]).__name__)
+            for key in generator.ENTRY_KEYS
+            if type(ours.get(key)) is not type(real[flag][key])
+        ]
         if ours != generator.expand_entry(flag, flags_data.FLAG_ENTRIES[flag]):
             problems.append("%s: _sglang_flags._expand and the generator's expand_entry disagree" % flag)
     assert not problems, "\n".join(problems[:80])
@@ -112,19 +114,19 @@ def test_generated_data_module_was_not_edited_by_hand(extracted):
     with open(DATA_MODULE, encoding="utf-8") as handle:
         committed = handle.read()
     assert committed == generator.render_module(extracted), (
-        "_sglang_flags_data.py differs from what the generator writes: python hacking/generate_sglang_flags.py "
-        "--version %s --write" % extracted["version"])
+        "_sglang_flags_data.py differs from what the generator writes: python hacking/generate_sglang_flags.py --version %s --write" % extracted["version"]
+    )
 
 
 def test_every_flag_that_carries_a_secret_has_an_option_of_its_own(extracted):
     # A secret given in extra_args would land on the command line (/proc/PID/cmdline, readable by every user)
     # and in the unit file; sglang_launch has an option for each such flag and passes it through --config.
     looks_secret = re.compile(r"(api-key|password|passwd|secret|credential|private-key|auth-token|access-token|hf-token)")
-    secret_flags = sorted(flag for flag, spec in extracted["flags"].items()
-                          if flag == spec["canonical"] and spec["takes_value"] and looks_secret.search(flag))
+    secret_flags = sorted(flag for flag, spec in extracted["flags"].items() if flag == spec["canonical"] and spec["takes_value"] and looks_secret.search(flag))
     assert secret_flags == ["--admin-api-key", "--api-key", "--ssl-keyfile-password"], (
         "a new flag of SGLang %s may carry a secret: give it an option of sglang_launch that goes through the "
-        "--config file (SECRET_OPTIONS in _relaunch.py) and add it to MANAGED_FLAGS: %s" % (extracted["version"], secret_flags))
+        "--config file (SECRET_OPTIONS in _relaunch.py) and add it to MANAGED_FLAGS: %s" % (extracted["version"], secret_flags)
+    )
     assert all(flag in flags.MANAGED_FLAGS for flag in secret_flags)
 
 
@@ -178,8 +180,7 @@ def _parser_from_table():
     for flag, spec in flags.FLAGS.items():
         groups.setdefault((spec["canonical"], spec["const"]), []).append(flag)
     for (canonical, const), strings in sorted(groups.items(), key=lambda item: str(item[0])):
-        parser.add_argument(*sorted(strings, key=lambda s: s != canonical), action=_Record, nargs=0,
-                            dest="x_%s_%s" % (canonical, const), default=None)
+        parser.add_argument(*sorted(strings, key=lambda s: s != canonical), action=_Record, nargs=0, dest="x_%s_%s" % (canonical, const), default=None)
     return parser
 
 
@@ -203,12 +204,43 @@ def _resolve_outcome(option):
 
 
 SAMPLES = [
-    "--model-path", "--model", "--mod", "--model-p", "--tp", "--tp-size", "--tensor-parallel", "--ep", "--ep-size",
-    "--port", "--po", "--host", "--ho", "--cuda-graph-max-bs", "--cuda-graph-max-bs-d", "--cuda-graph-max-bs-prefill",
-    "--enable-hi", "--enable-hicache", "--speculative-draft-model", "--speculative-draft-model-p",
-    "--speculative-algo", "--speculative", "--no-speculative-enable-w4a4", "--api-key", "--api", "--log-level",
-    "--log-l", "--enable-metrics", "--enable-metric", "--no-such-flag", "--help", "--he", "-h", "--max-running",
-    "--max_running_requests", "--disable-cuda-graph", "--monokernel",
+    "--model-path",
+    "--model",
+    "--mod",
+    "--model-p",
+    "--tp",
+    "--tp-size",
+    "--tensor-parallel",
+    "--ep",
+    "--ep-size",
+    "--port",
+    "--po",
+    "--host",
+    "--ho",
+    "--cuda-graph-max-bs",
+    "--cuda-graph-max-bs-d",
+    "--cuda-graph-max-bs-prefill",
+    "--enable-hi",
+    "--enable-hicache",
+    "--speculative-draft-model",
+    "--speculative-draft-model-p",
+    "--speculative-algo",
+    "--speculative",
+    "--no-speculative-enable-w4a4",
+    "--api-key",
+    "--api",
+    "--log-level",
+    "--log-l",
+    "--enable-metrics",
+    "--enable-metric",
+    "--no-such-flag",
+    "--help",
+    "--he",
+    "-h",
+    "--max-running",
+    "--max_running_requests",
+    "--disable-cuda-graph",
+    "--monokernel",
 ]
 
 

@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 from relaunch_fleet import free_port, write_inventory  # noqa: E402  pylint: disable=wrong-import-position
 from simfleet import REPO, SimHost, ansible_env  # noqa: E402  pylint: disable=wrong-import-position
 
-SPECULATIVE = dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft-llama-8b', num_steps=2, eagle_topk=1,
-                   num_draft_tokens=3)
+SPECULATIVE = dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft-llama-8b', num_steps=2, eagle_topk=1, num_draft_tokens=3)
 
 
 def fleet_processes(root: Path) -> list[str]:
@@ -71,8 +70,7 @@ def show_windows(fleet: dict) -> None:
     print('relaunch windows, seconds after the first one began:')
     for name, window in spans.items():
         print('  %-14s %5.1f -> %5.1f' % (name, window['start'] - first, window['end'] - first))
-    print('every window overlaps every other: %s' % (max(w['start'] for w in spans.values())
-                                                     < min(w['end'] for w in spans.values())), flush=True)
+    print('every window overlaps every other: %s' % (max(w['start'] for w in spans.values()) < min(w['end'] for w in spans.values())), flush=True)
 
 
 def main() -> int:
@@ -84,28 +82,36 @@ def main() -> int:
     hosts += [SimHost(root, 'node-d', gpu_count=4, total_mib=143771, release_delay_ms=1500)]
 
     wheels = root / 'wheels'
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
-                   check=True)
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')], check=True)
     [wheel] = list(wheels.glob('sglang-0.5.23-*.whl'))
 
     fleet = {}
     for host in hosts:
         venv = host.state_dir / 'sglang-venv'
         fleet[host.name] = dict(
-            ansible_connection='local', ansible_python_interpreter=str(host.python),
-            sglang_install_venv=str(venv), sglang_install_package=str(wheel),
+            ansible_connection='local',
+            ansible_python_interpreter=str(host.python),
+            sglang_install_venv=str(venv),
+            sglang_install_package=str(wheel),
             sglang_server_python=str(venv),
             # The simulated server allocates its memory on its own simulated host.
             sglang_server_environment=dict(SIMGPU_STATE_DIR=str(host.state_dir)),
-            sglang_server_state_dir=str(host.state_dir / 'sglang'), sglang_server_supervisor='process',
-            sglang_server_model_path='meta-llama/Llama-3.1-8B-Instruct', sglang_server_served_model_name='llama',
-            sglang_server_speculative=dict(SPECULATIVE), sglang_server_stop_timeout=10,
-            sglang_server_name='llama', sglang_server_port=free_port(), sglang_server_gpus=['0', '1'],
+            sglang_server_state_dir=str(host.state_dir / 'sglang'),
+            sglang_server_supervisor='process',
+            sglang_server_model_path='meta-llama/Llama-3.1-8B-Instruct',
+            sglang_server_served_model_name='llama',
+            sglang_server_speculative=dict(SPECULATIVE),
+            sglang_server_stop_timeout=10,
+            sglang_server_name='llama',
+            sglang_server_port=free_port(),
+            sglang_server_gpus=['0', '1'],
         )
-    fleet['node-a'].update(sglang_server_instances=[
-        dict(name='left', port=free_port(), gpus=['0', '1', '2', '3']),
-        dict(name='right', port=free_port(), gpus=['4', '5', '6', '7']),
-    ])
+    fleet['node-a'].update(
+        sglang_server_instances=[
+            dict(name='left', port=free_port(), gpus=['0', '1', '2', '3']),
+            dict(name='right', port=free_port(), gpus=['4', '5', '6', '7']),
+        ]
+    )
     inventory = write_inventory(root / 'inventory.yml', fleet)
     playbook = REPO / 'playbooks'
     base = ['ansible-playbook', '-i', str(inventory)]
@@ -113,8 +119,10 @@ def main() -> int:
     try:
         rc = rc or step('install SGLang on the fleet', base + [str(playbook / 'install.yml'), '-e', 'batch=4'])
         for steps in (3, 2):
-            rc = rc or step('relaunch the four hosts together with %d speculative steps' % steps,
-                            base + [str(playbook / 'relaunch.yml'), '-e', 'steps=%d' % steps, '-e', 'batch=4'])
+            rc = rc or step(
+                'relaunch the four hosts together with %d speculative steps' % steps,
+                base + [str(playbook / 'relaunch.yml'), '-e', 'steps=%d' % steps, '-e', 'batch=4'],
+            )
             if not rc:
                 show_windows(fleet)
         rc = rc or step('the fleet now', base + [str(playbook / 'status.yml')])

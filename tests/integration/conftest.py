@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from simfleet import SimHost
 from simgpu import build_library
 

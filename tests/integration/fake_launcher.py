@@ -19,8 +19,7 @@ import time
 
 from setproctitle import setproctitle
 
-DETOKENIZER = ('import signal, sys; from setproctitle import setproctitle; setproctitle("sglang::detokenizer"); '
-               'print("ready", flush=True); signal.pause()')
+DETOKENIZER = 'import signal, sys; from setproctitle import setproctitle; setproctitle("sglang::detokenizer"); print("ready", flush=True); signal.pause()'
 
 
 def main() -> None:
@@ -30,8 +29,25 @@ def main() -> None:
     for rank, spec in enumerate(specs):
         gpu, mib = spec.split(':')
         marker = '%s.tp%d' % (ready_file, rank)
-        children.append(subprocess.Popen([sys.executable, '-m', 'simgpu.hold', '--state-dir', state_dir, '--gpu', gpu, '--mib', mib,
-                                          '--title', 'sglang::scheduler_TP%d' % rank, '--ready-file', marker]))
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    '-m',
+                    'simgpu.hold',
+                    '--state-dir',
+                    state_dir,
+                    '--gpu',
+                    gpu,
+                    '--mib',
+                    mib,
+                    '--title',
+                    'sglang::scheduler_TP%d' % rank,
+                    '--ready-file',
+                    marker,
+                ]
+            )
+        )
         while not os.path.exists(marker):
             if children[-1].poll() is not None:
                 sys.exit('holder for %s failed' % spec)
@@ -42,8 +58,7 @@ def main() -> None:
     helper = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])
     tmp = ready_file + '.tmp'
     with open(tmp, 'w') as f:
-        f.write('launcher=%d\nhelper=%d\ndetokenizer=%d\nschedulers=%s\n'
-                % (os.getpid(), helper.pid, detokenizer.pid, ','.join(str(c.pid) for c in children)))
+        f.write('launcher=%d\nhelper=%d\ndetokenizer=%d\nschedulers=%s\n' % (os.getpid(), helper.pid, detokenizer.pid, ','.join(str(c.pid) for c in children)))
     os.replace(tmp, ready_file)
     signal.pause()
 

@@ -25,9 +25,18 @@ SERVER_PATH = '%s:%s' % (REPO / 'tests' / 'simsglang', REPO / 'tests' / 'simgpu'
 def main() -> int:
     root, port = Path(sys.argv[1]), int(sys.argv[2])
     host = SimHost(root, 'reuse', gpu_count=1, release_delay_ms=100)
-    args = dict(name='llama', model_path='sim/llama-8b', gpus=['0'], port=port, python=str(host.python),
-                environment=dict(PYTHONPATH=SERVER_PATH), state_dir=str(root / 'state'), supervisor='process',
-                ready_poll_interval=0.1, stop_timeout=5)
+    args = dict(
+        name='llama',
+        model_path='sim/llama-8b',
+        gpus=['0'],
+        port=port,
+        python=str(host.python),
+        environment=dict(PYTHONPATH=SERVER_PATH),
+        state_dir=str(root / 'state'),
+        supervisor='process',
+        ready_poll_interval=0.1,
+        stop_timeout=5,
+    )
     report = {}
     started = host.launch(args)
     report['started'] = started.get('result')
@@ -47,7 +56,7 @@ def main() -> int:
     # The next process of this namespace gets the server's old pid, and leads a session as the server did.
     # Other processes of the namespace may fork in between: try until the pid lands.
     stranger = None
-    for dummy in range(50):
+    for _dummy in range(50):
         with open('/proc/sys/kernel/ns_last_pid', 'w') as handle:
             handle.write(str(server - 1))
         stranger = subprocess.Popen(['setsid', 'sleep', '600'])

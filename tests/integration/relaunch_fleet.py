@@ -30,12 +30,22 @@ def free_port() -> int:
 def host_vars(host: SimHost, **overrides) -> dict:
     """The role's variables for one simulated host (the server on GPU 0, a port of its own)."""
     hvars = dict(
-        ansible_connection='local', ansible_python_interpreter=str(host.python),
-        sglang_server_name='llama', sglang_server_model_path='sim/llama-8b', sglang_server_served_model_name='llama',
-        sglang_server_port=free_port(), sglang_server_gpus=['0'], sglang_server_python=str(host.python),
-        sglang_server_environment=dict(PYTHONPATH=SERVER_PATH), sglang_server_state_dir=str(host.state_dir / 'sglang'),
-        sglang_server_supervisor='process', sglang_server_ready_poll_interval=0.1, sglang_server_stop_timeout=5,
-        sglang_server_ready_timeout=60, sglang_server_smoke_max_tokens=16, sglang_server_speculative=dict(SPECULATIVE),
+        ansible_connection='local',
+        ansible_python_interpreter=str(host.python),
+        sglang_server_name='llama',
+        sglang_server_model_path='sim/llama-8b',
+        sglang_server_served_model_name='llama',
+        sglang_server_port=free_port(),
+        sglang_server_gpus=['0'],
+        sglang_server_python=str(host.python),
+        sglang_server_environment=dict(PYTHONPATH=SERVER_PATH),
+        sglang_server_state_dir=str(host.state_dir / 'sglang'),
+        sglang_server_supervisor='process',
+        sglang_server_ready_poll_interval=0.1,
+        sglang_server_stop_timeout=5,
+        sglang_server_ready_timeout=60,
+        sglang_server_smoke_max_tokens=16,
+        sglang_server_speculative=dict(SPECULATIVE),
     )
     hvars.update(overrides)
     return hvars
@@ -49,15 +59,19 @@ def write_inventory(path: Path, fleet: dict) -> Path:
 
 def run(inventory: Path, playbook: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     # Deprecation warnings on: a playbook of the collection must print none (see warnings()).
-    return subprocess.run(['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / playbook)] + list(args),
-                          env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True'), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        ['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / playbook)] + list(args),
+        env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True'),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def warnings(out: subprocess.CompletedProcess) -> list[str]:
     """The [WARNING] and [DEPRECATION WARNING] lines of a run (there must be none)."""
-    return [line for line in (out.stdout + out.stderr).splitlines()
-            if '[WARNING]' in line or '[DEPRECATION WARNING]' in line]
+    return [line for line in (out.stdout + out.stderr).splitlines() if '[WARNING]' in line or '[DEPRECATION WARNING]' in line]
 
 
 def windows(fleet_vars: dict) -> dict:
@@ -73,8 +87,9 @@ def windows(fleet_vars: dict) -> dict:
 
 def recap(out: str) -> dict:
     """host -> dict(ok, changed, unreachable, failed) from PLAY RECAP."""
-    return dict((m.group(1), dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)),
-                                  failed=int(m.group(5)))) for m in _RECAP.finditer(out))
+    return dict(
+        (m.group(1), dict(ok=int(m.group(2)), changed=int(m.group(3)), unreachable=int(m.group(4)), failed=int(m.group(5)))) for m in _RECAP.finditer(out)
+    )
 
 
 def table(out: str, header: str = 'HOST') -> list[str]:

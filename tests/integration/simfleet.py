@@ -100,8 +100,7 @@ class SimHost:
         """A process holding `mib` MiB on `gpu`, in a session of its own, titled like a real one."""
         self._n += 1
         ready = self.root / ('%s.ready.%d' % (self.name, self._n))
-        argv = [sys.executable, '-m', 'simgpu.hold', '--state-dir', str(self.state_dir), '--gpu', str(gpu), '--mib', str(mib),
-                '--ready-file', str(ready)]
+        argv = [sys.executable, '-m', 'simgpu.hold', '--state-dir', str(self.state_dir), '--gpu', str(gpu), '--mib', str(mib), '--ready-file', str(ready)]
         if title:
             argv += ['--title', title]
         proc = subprocess.Popen(argv + list(extra), env=ansible_env(), start_new_session=True)
@@ -112,15 +111,16 @@ class SimHost:
         """A process tree shaped like SGLang's (see fake_launcher.py); returns its pids."""
         self._n += 1
         ready = self.root / ('%s.launcher.%d' % (self.name, self._n))
-        proc = subprocess.Popen([sys.executable, str(REPO / 'tests' / 'integration' / 'fake_launcher.py'), str(self.state_dir), str(ready)]
-                                + list(specs), env=ansible_env(), start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / 'tests' / 'integration' / 'fake_launcher.py'), str(self.state_dir), str(ready)] + list(specs),
+            env=ansible_env(),
+            start_new_session=True,
+        )
         self.procs.append(proc)
         holder = Holder(proc, ready)
-        return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']),
-                    schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
+        return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']), schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
 
-    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False,
-               python: Path | str | None = None) -> dict:
+    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None) -> dict:
         """Run gpufleet.sglang.<name> through the `ansible` CLI; return its result (with 'failed')."""
         inventory = self.root / ('%s.ini' % self.name)
         inventory.write_text('[gpu_servers]\n%s\n' % self.inventory_line(python))
@@ -154,8 +154,9 @@ class SimHost:
         """Run ansible-playbook over this host (and `hosts`) as the gpu_servers group."""
         inventory = self.root / 'fleet.ini'
         inventory.write_text('[gpu_servers]\n%s\n' % '\n'.join(h.inventory_line() for h in [self] + list(hosts or [])))
-        return subprocess.run(['ansible-playbook', '-i', str(inventory), str(playbook)] + list(args),
-                              env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run(
+            ['ansible-playbook', '-i', str(inventory), str(playbook)] + list(args), env=ansible_env(), capture_output=True, text=True, timeout=300, check=False
+        )
 
     def cleanup(self) -> None:
         for proc in self.procs:

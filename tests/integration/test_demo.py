@@ -9,8 +9,7 @@ from simfleet import REPO
 
 
 def test_demo_relaunches_the_fleet_together_without_a_warning():
-    out = subprocess.run([sys.executable, str(REPO / 'tests' / 'demo' / 'fleet_relaunch_demo.py')],
-                         capture_output=True, text=True, timeout=900, check=False)
+    out = subprocess.run([sys.executable, str(REPO / 'tests' / 'demo' / 'fleet_relaunch_demo.py')], capture_output=True, text=True, timeout=900, check=False)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-6000:]
     assert [line for line in text.splitlines() if '[WARNING]' in line or '[DEPRECATION WARNING]' in line] == [], text[-6000:]

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from relaunch_fleet import free_port, recap, run, table, warnings
 from simfleet import REPO, alive, ansible_env
 from simgpu.interpreter import write_interpreter
@@ -65,8 +64,9 @@ def simulation(host, wheel) -> dict:
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory):
     wheels = tmp_path_factory.mktemp('wheels')
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')], check=True, capture_output=True
+    )
     [built] = list(wheels.glob('sglang-0.5.23-*.whl'))
     return built
 
@@ -74,8 +74,13 @@ def wheel(tmp_path_factory):
 def write_documented_inventory(root, hosts: dict, wheel) -> dict:
     """Writes inventory/ under root; returns the host vars the simulation added, per host."""
     files = documented_files()
-    assert set(files) == {'hosts.yml', 'group_vars/gpu_servers/main.yml', 'group_vars/gpu_servers/vault.yml',
-                          'host_vars/node-a.example.internal.yml', 'host_vars/node-b.example.internal.yml'}, sorted(files)
+    assert set(files) == {
+        'hosts.yml',
+        'group_vars/gpu_servers/main.yml',
+        'group_vars/gpu_servers/vault.yml',
+        'host_vars/node-a.example.internal.yml',
+        'host_vars/node-b.example.internal.yml',
+    }, sorted(files)
     inventory = root / 'inventory'
     models = root / 'models'
     added = {}
@@ -96,16 +101,19 @@ def write_documented_inventory(root, hosts: dict, wheel) -> dict:
                 instance['port'] = free_port()
             sim['sglang_server_port'] = free_port()
             # The simulated server finds its simulated GPUs through SIMGPU_STATE_DIR, added to the host's own.
-            sim['sglang_server_environment'] = dict(data.get('sglang_server_environment') or {},
-                                                    SIMGPU_STATE_DIR=str(host.state_dir))
+            sim['sglang_server_environment'] = dict(data.get('sglang_server_environment') or {}, SIMGPU_STATE_DIR=str(host.state_dir))
             data.update(sim)
             added[host.name] = data
             content = yaml.safe_dump(data, sort_keys=False)
         target.write_text(content)
     password = root / 'vault-password'
     password.write_text(VAULT_PASSWORD + '\n')
-    subprocess.run(['ansible-vault', 'encrypt', '--vault-password-file', str(password),
-                    str(inventory / 'group_vars' / 'gpu_servers' / 'vault.yml')], env=ansible_env(), check=True, capture_output=True)
+    subprocess.run(
+        ['ansible-vault', 'encrypt', '--vault-password-file', str(password), str(inventory / 'group_vars' / 'gpu_servers' / 'vault.yml')],
+        env=ansible_env(),
+        check=True,
+        capture_output=True,
+    )
     return dict(inventory=inventory, password=password, vars=added)
 
 
@@ -147,8 +155,7 @@ def test_the_documented_inventory_installs_relaunches_reports_and_stops_on_fresh
         # An install interpreter that does not exist: named, with the variable to set.
         missing = playbook('install.yml', '-e', 'sglang_install_ansible_python_interpreter=/nonexistent/bin/python3')
         assert missing.returncode != 0
-        assert 'sglang_install_ansible_python_interpreter: /nonexistent/bin/python3 does not run on node-a' in missing.stdout, \
-            missing.stdout[-3000:]
+        assert 'sglang_install_ansible_python_interpreter: /nonexistent/bin/python3 does not run on node-a' in missing.stdout, missing.stdout[-3000:]
         assert not (hosts['node-a'].state_dir / 'sglang-venv' / 'bin').exists()
 
         # The first install, on the hosts' own /usr/bin/python3 (the documented inventory sets nothing for it).
@@ -159,8 +166,17 @@ def test_the_documented_inventory_installs_relaunches_reports_and_stops_on_fresh
         relaunch = playbook('relaunch.yml')
         assert relaunch.returncode == 0, relaunch.stdout[-4000:] + relaunch.stderr
         rows = table(relaunch.stdout)
-        assert re.split(r'\s{2,}', rows[0]) == ['HOST', 'INSTANCE', 'OLD', 'NEW', 'DOWN (s)', 'TO READY (s)', 'SMOKE TOK/S',
-                                                'SMOKE ACCEPT (tok/step)', 'RESULT'], rows
+        assert re.split(r'\s{2,}', rows[0]) == [
+            'HOST',
+            'INSTANCE',
+            'OLD',
+            'NEW',
+            'DOWN (s)',
+            'TO READY (s)',
+            'SMOKE TOK/S',
+            'SMOKE ACCEPT (tok/step)',
+            'RESULT',
+        ], rows
         started = sorted(tuple(r.split()[:2]) for r in rows[1:] if r.endswith('started'))
         assert started == [('node-a', 'llama-left'), ('node-a', 'llama-right'), ('node-b', 'llama')], rows
         assert any(r.startswith('node-a') and 'llama-right' in r and 'EAGLE3 2/1/3' in r for r in rows), rows
@@ -176,7 +192,7 @@ def test_the_documented_inventory_installs_relaunches_reports_and_stops_on_fresh
         status = playbook('status.yml')
         assert status.returncode == 0, status.stdout[-4000:] + status.stderr
         lines = table(status.stdout)
-        servers = lines[lines.index('') + 1:]
+        servers = lines[lines.index('') + 1 :]
         assert len([r for r in servers[1:] if ' healthy ' in r]) == 3, lines
         assert 'SERVER TOK/S' in servers[0] and 'SERVER ACCEPT (tok/step)' in servers[0], lines
 
@@ -184,8 +200,7 @@ def test_the_documented_inventory_installs_relaunches_reports_and_stops_on_fresh
         stop = playbook('stop.yml')
         assert stop.returncode == 0, stop.stdout[-4000:] + stop.stderr
         rows = table(stop.stdout)
-        assert re.split(r'\s{2,}', rows[0]) == ['HOST', 'INSTANCE', 'SIGNAL', 'STOP (s)', 'GPUS CLEAN AFTER (s)', 'SIGKILLED PIDS',
-                                                'RESULT'], rows
+        assert re.split(r'\s{2,}', rows[0]) == ['HOST', 'INSTANCE', 'SIGNAL', 'STOP (s)', 'GPUS CLEAN AFTER (s)', 'SIGKILLED PIDS', 'RESULT'], rows
         expected = [('node-a', 'llama-left', 'SIGTERM'), ('node-a', 'llama-right', 'SIGTERM'), ('node-b', 'llama', 'SIGTERM')]
         assert sorted(tuple(r.split()[:3]) for r in rows[1:]) == expected, rows
         assert all(r.endswith('stopped') for r in rows[1:]), rows

@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
 from simfleet import REPO, alive, ansible_env, wait_for
 
 FAKE_LAUNCHER = REPO / 'tests' / 'integration' / 'fake_launcher.py'
@@ -35,8 +34,12 @@ def read_ready(path):
 
 def server_pids(path) -> dict:
     info = read_ready(path)
-    return dict(launcher=int(info['launcher']), detokenizer=int(info['detokenizer']), helper=int(info['helper']),
-                schedulers=[int(p) for p in info['schedulers'].split(',')])
+    return dict(
+        launcher=int(info['launcher']),
+        detokenizer=int(info['detokenizer']),
+        helper=int(info['helper']),
+        schedulers=[int(p) for p in info['schedulers'].split(',')],
+    )
 
 
 def everything(server) -> list:
@@ -54,14 +57,16 @@ def login_shell(host) -> dict:
     ready_a, ready_b = host.root / 'shell.a.ready', host.root / 'shell.b.ready'
     ready_train = host.root / 'shell.train.ready'
     python, state, launcher = (shlex.quote(str(v)) for v in (sys.executable, host.state_dir, FAKE_LAUNCHER))
-    script = '\n'.join([
-        'cd %s' % shlex.quote(str(host.root)),
-        'nohup %s %s %s %s %s >server-a.log 2>&1 &' % (python, launcher, state, shlex.quote(str(ready_a)), ' '.join(A_SPECS)),
-        'nohup %s -m simgpu.hold --state-dir %s --gpu 2 --mib 30720 --title "python train.py --epochs 90" --ready-file %s '
-        '>train.log 2>&1 &' % (python, state, shlex.quote(str(ready_train))),
-        'nohup %s %s %s %s %s >server-b.log 2>&1 &' % (python, launcher, state, shlex.quote(str(ready_b)), ' '.join(B_SPECS)),
-        'wait',
-    ])
+    script = '\n'.join(
+        [
+            'cd %s' % shlex.quote(str(host.root)),
+            'nohup %s %s %s %s %s >server-a.log 2>&1 &' % (python, launcher, state, shlex.quote(str(ready_a)), ' '.join(A_SPECS)),
+            'nohup %s -m simgpu.hold --state-dir %s --gpu 2 --mib 30720 --title "python train.py --epochs 90" --ready-file %s '
+            '>train.log 2>&1 &' % (python, state, shlex.quote(str(ready_train))),
+            'nohup %s %s %s %s %s >server-b.log 2>&1 &' % (python, launcher, state, shlex.quote(str(ready_b)), ' '.join(B_SPECS)),
+            'wait',
+        ]
+    )
     shell = subprocess.Popen(['setsid', 'bash', '-c', script], env=ansible_env())
     host.procs.append(shell)  # cleanup kills the shell's process group: everything it started
     wait_for(lambda: ready_a.exists() and ready_b.exists() and ready_train.exists(), timeout=30, what='the shell to start its jobs')
@@ -195,8 +200,7 @@ def test_the_old_session_scopes_are_refused_before_anything_is_signalled(make_ho
 # A systemd service's own cgroup, made by hand in the v1 name=systemd hierarchy (where the build
 # machine has one and we are root): PID 1 here is not systemd, so nothing else manages it.
 SYSTEMD_HIERARCHY = '/sys/fs/cgroup/systemd'
-ESCAPED = ('import signal; from setproctitle import setproctitle; setproctitle("sglang::tokenizer_worker:0"); '
-           'print("ready", flush=True); signal.pause()')
+ESCAPED = 'import signal; from setproctitle import setproctitle; setproctitle("sglang::tokenizer_worker:0"); print("ready", flush=True); signal.pause()'
 
 
 def make_cgroup(name):

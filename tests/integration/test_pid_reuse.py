@@ -10,16 +10,21 @@ import subprocess
 import sys
 
 import pytest
-
-from simfleet import REPO, ansible_env
 from relaunch_fleet import free_port
+from simfleet import REPO, ansible_env
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('unshare'), reason='a PID namespace needs root and unshare')
 def test_a_reused_pid_is_never_signalled(tmp_path):
     script = REPO / 'tests' / 'integration' / 'pid_reuse_scenario.py'
-    out = subprocess.run(['unshare', '--pid', '--fork', '--mount-proc', sys.executable, str(script), str(tmp_path),
-                          str(free_port())], env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(
+        ['unshare', '--pid', '--fork', '--mount-proc', sys.executable, str(script), str(tmp_path), str(free_port())],
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report['started'] == 'started' and report['reused'], report

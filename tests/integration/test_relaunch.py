@@ -9,9 +9,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from relaunch_fleet import (
-    PLAYBOOKS, free_port, host_vars, recap, run, server_pid, state, stop_all, table, warnings, windows, write_inventory,
+    PLAYBOOKS,
+    free_port,
+    host_vars,
+    recap,
+    run,
+    server_pid,
+    state,
+    stop_all,
+    table,
+    warnings,
+    windows,
+    write_inventory,
 )
 from simfleet import alive, ansible_env, wait_for
 
@@ -86,8 +96,10 @@ def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
 
 def test_preflight_failure_stops_the_play_before_any_server_is_touched(fleet):
     before = start(fleet)
-    for extra, field in ((['-e', 'steps=0'], 'speculative.num_steps: 0'),
-                         (['-e', '{"sglang_server_extra_args": {"no-such-flag": 1}}'], 'extra_args.no-such-flag')):
+    for extra, field in (
+        (['-e', 'steps=0'], 'speculative.num_steps: 0'),
+        (['-e', '{"sglang_server_extra_args": {"no-such-flag": 1}}'], 'extra_args.no-such-flag'),
+    ):
         out = run(fleet['inventory'], 'relaunch.yml', *extra, *BATCH)
         assert out.returncode != 0
         assert field in out.stdout, out.stdout[-4000:]
@@ -183,12 +195,18 @@ def test_an_interrupted_relaunch_blocks_nothing_and_the_rerun_brings_the_instanc
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr
         old = server_pid(hvars)
         host.set('release_delay_ms', 60000)  # the GPU stays dirty: the run waits there, and is interrupted there
-        proc = subprocess.Popen(['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / 'relaunch.yml'), '-e', 'steps=3'],
-                                env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / 'relaunch.yml'), '-e', 'steps=3'],
+            env=ansible_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            wait_for(lambda: (state(hvars).get('relaunch') or {}).get('phase') == 'wait for clean GPUs', timeout=120,
-                     what='the relaunch to wait for clean GPUs')
+            wait_for(
+                lambda: (state(hvars).get('relaunch') or {}).get('phase') == 'wait for clean GPUs', timeout=120, what='the relaunch to wait for clean GPUs'
+            )
         finally:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
             proc.communicate(timeout=60)
@@ -223,5 +241,7 @@ def test_a_missing_interpreter_is_named_with_what_to_do(make_host, tmp_path):
     inventory = write_inventory(tmp_path / 'inventory.json', {host.name: hvars})
     out = run(inventory, 'relaunch.yml', '-e', 'steps=3')
     assert out.returncode != 0 and 'Relaunch the fleet, rolling' not in out.stdout
-    assert ('ansible_python_interpreter /opt/nowhere/venv/bin/python does not run on this host' in out.stdout
-            and 'run ansible-playbook gpufleet.sglang.install first' in out.stdout), out.stdout[-3000:]
+    assert (
+        'ansible_python_interpreter /opt/nowhere/venv/bin/python does not run on this host' in out.stdout
+        and 'run ansible-playbook gpufleet.sglang.install first' in out.stdout
+    ), out.stdout[-3000:]

@@ -13,11 +13,9 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from relaunch_fleet import host_vars, recap, run, server_pid, stop_all, table, write_inventory
 
-SECRETS = dict(api_key='sk-gpufleet-api-8d1e6c0f4b2a', admin_api_key='sk-gpufleet-admin-51f0a9c3d7e2',
-               hf_token='hf_gpufleetSecret7c41b9e0d2aa')
+SECRETS = dict(api_key='sk-gpufleet-api-8d1e6c0f4b2a', admin_api_key='sk-gpufleet-admin-51f0a9c3d7e2', hf_token='hf_gpufleetSecret7c41b9e0d2aa')
 # The files that exist to hold them: private to root.
 PRIVATE = ('llama.secret.yaml', 'llama.env')
 

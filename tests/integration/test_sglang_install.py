@@ -6,7 +6,6 @@ import re
 import subprocess
 
 import pytest
-
 from simfleet import REPO
 
 INSTALL = REPO / 'playbooks' / 'install.yml'
@@ -17,15 +16,19 @@ def wheel(tmp_path_factory):
     # The role takes any package spec; a locally built wheel of the simulated server is what a
     # simulated host installs in place of the real SGLang 0.5.23.
     wheels = tmp_path_factory.mktemp('wheels')
-    subprocess.run([str(REPO / '.venv' / 'bin' / 'pip'), 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(REPO / '.venv' / 'bin' / 'pip'), 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
+        check=True,
+        capture_output=True,
+    )
     [built] = list(wheels.glob('sglang-0.5.23-*.whl'))
     return built
 
 
 def installed_version(venv) -> str:
-    out = subprocess.run([str(venv / 'bin' / 'python'), '-c', 'import importlib.metadata as m; print(m.version("sglang"))'],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(venv / 'bin' / 'python'), '-c', 'import importlib.metadata as m; print(m.version("sglang"))'], check=True, capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 

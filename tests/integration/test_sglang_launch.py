@@ -12,7 +12,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from simfleet import REPO, alive, ansible_env
 
 SERVER_PATH = '%s:%s' % (REPO / 'tests' / 'simsglang', REPO / 'tests' / 'simgpu')
@@ -55,11 +54,20 @@ def session_pids(sid: int) -> list[int]:
 @pytest.fixture
 def sglang(host, tmp_path):
     """Arguments of one instance on `host`; a finaliser stops it whatever the test did."""
-    args = dict(name='llama', model_path='sim/llama-8b', served_model_name='llama', gpus=['0'], port=free_port(),
-                python=str(host.python), environment=dict(PYTHONPATH=SERVER_PATH), state_dir=str(tmp_path / 'state'),
-                supervisor='process', ready_poll_interval=0.1, stop_timeout=5,
-                speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=3, eagle_topk=1,
-                                 num_draft_tokens=4))
+    args = dict(
+        name='llama',
+        model_path='sim/llama-8b',
+        served_model_name='llama',
+        gpus=['0'],
+        port=free_port(),
+        python=str(host.python),
+        environment=dict(PYTHONPATH=SERVER_PATH),
+        state_dir=str(tmp_path / 'state'),
+        supervisor='process',
+        ready_poll_interval=0.1,
+        stop_timeout=5,
+        speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=3, eagle_topk=1, num_draft_tokens=4),
+    )
     yield args
     host.launch(dict(args, state='stopped', stop_timeout=1))
 
@@ -69,9 +77,11 @@ def run_playbook(host, args: dict, *options: str) -> subprocess.CompletedProcess
     instance = dict((k, v) for k, v in args.items() if k != 'state_dir')
     (host.root / 'launch.json').write_text(json.dumps(dict(launch_instance=instance, launch_state_dir=args['state_dir'])))
     playbook = host.root / 'launch.yml'
-    playbook.write_text('- hosts: gpu_servers\n  gather_facts: false\n  tasks:\n'
-                        '    - name: Launch\n      gpufleet.sglang.sglang_launch:\n'
-                        '        instances: ["{{ launch_instance }}"]\n        state_dir: "{{ launch_state_dir }}"\n')
+    playbook.write_text(
+        '- hosts: gpu_servers\n  gather_facts: false\n  tasks:\n'
+        '    - name: Launch\n      gpufleet.sglang.sglang_launch:\n'
+        '        instances: ["{{ launch_instance }}"]\n        state_dir: "{{ launch_state_dir }}"\n'
+    )
     return host.playbook(playbook, '-e', '@%s' % (host.root / 'launch.json'), *options)
 
 
@@ -92,8 +102,7 @@ def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
     again = host.launch(sglang)
     assert not again['changed'] and not again['failed'] and again['pid'] == first['pid']
 
-    check = run_playbook(host, dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)),
-                         '--check', '--diff')
+    check = run_playbook(host, dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3)), '--check', '--diff')
     assert check.returncode == 0 and 'changed=1' in check.stdout, check.stdout + check.stderr
     assert '-  num_steps: 3' in check.stdout and '+  num_steps: 2' in check.stdout
     assert alive(first['pid']) and http(first['url'] + '/health')[0] == 200
@@ -116,8 +125,7 @@ def test_topk_one_with_wrong_draft_tokens_is_rejected_or_corrected(host, sglang)
     corrected = host.launch(dict(wrong, strict=False))
     assert corrected['changed'] and not corrected['failed'], corrected.get('msg')
     assert corrected['speculative']['corrections'] == dict(num_draft_tokens=dict(requested=8, effective=3))
-    assert corrected['speculative']['warnings'] == [
-        'speculative.num_draft_tokens: 8 is changed to 3 by SGLang: with eagle_topk 1 it must be num_steps + 1']
+    assert corrected['speculative']['warnings'] == ['speculative.num_draft_tokens: 8 is changed to 3 by SGLang: with eagle_topk 1 it must be num_steps + 1']
     assert server_info(corrected)['speculative_num_draft_tokens'] == 3
 
 
@@ -135,16 +143,18 @@ def test_stop_kills_orphans_and_leaves_gpus_clean(host, sglang):
     assert not host.launch(dict(sglang, state='stopped'))['changed']
 
 
-@pytest.mark.parametrize('change, field', [
-    (dict(extra_args={'no-such-flag': 1}), 'extra_args.no-such-flag'),
-    (dict(extra_args={'cuda-graph-max-bs': 8}), 'extra_args.cuda-graph-max-bs'),
-    (dict(speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=0, eagle_topk=1,
-                           num_draft_tokens=1)), 'speculative.num_steps'),
-    (dict(gpus=['9']), 'gpus'),
-    (dict(gpus=['0'], tp_size=2), 'tp_size'),
-    (dict(speculative=dict(algorithm='MEDUSA')), 'speculative.algorithm'),
-    (dict(environment=dict(CUDA_VISIBLE_DEVICES='3')), 'environment.CUDA_VISIBLE_DEVICES'),
-])
+@pytest.mark.parametrize(
+    'change, field',
+    [
+        (dict(extra_args={'no-such-flag': 1}), 'extra_args.no-such-flag'),
+        (dict(extra_args={'cuda-graph-max-bs': 8}), 'extra_args.cuda-graph-max-bs'),
+        (dict(speculative=dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=0, eagle_topk=1, num_draft_tokens=1)), 'speculative.num_steps'),
+        (dict(gpus=['9']), 'gpus'),
+        (dict(gpus=['0'], tp_size=2), 'tp_size'),
+        (dict(speculative=dict(algorithm='MEDUSA')), 'speculative.algorithm'),
+        (dict(environment=dict(CUDA_VISIBLE_DEVICES='3')), 'environment.CUDA_VISIBLE_DEVICES'),
+    ],
+)
 def test_bad_parameter_leaves_the_server_serving(host, sglang, change, field):
     running = host.launch(sglang)
     assert running['changed'] and not running['failed'], running.get('msg')
@@ -179,8 +189,14 @@ def test_api_key_is_never_shown(host, sglang, tmp_path):
     inventory = tmp_path / 'vvv.ini'
     inventory.write_text('[gpu_servers]\n%s\n' % host.inventory_line())
     task = dict(state_dir=args['state_dir'], instances=[dict((k, v) for k, v in args.items() if k != 'state_dir')])
-    out = subprocess.run(['ansible', host.name, '-i', str(inventory), '-vvv', '-m', 'gpufleet.sglang.sglang_launch',
-                          '-a', json.dumps(task)], env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        ['ansible', host.name, '-i', str(inventory), '-vvv', '-m', 'gpufleet.sglang.sglang_launch', '-a', json.dumps(task)],
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert '"changed": true' in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
     assert key not in out.stdout + out.stderr
     state = json.loads((tmp_path / 'state' / 'llama.json').read_text())
@@ -213,16 +229,14 @@ time.sleep(600)
 def test_a_second_run_is_refused_at_once_and_a_dead_holder_blocks_nothing(host, sglang):
     first = host.launch(sglang)
     assert first['changed'] and not first['failed'], first.get('msg')
-    holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, sglang['state_dir'] + '/relaunch.lock'],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, sglang['state_dir'] + '/relaunch.lock'], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == 'locked'
         changed = dict(sglang, speculative=dict(sglang['speculative'], num_steps=2, num_draft_tokens=3))
         started = time.monotonic()
         refused = host.launch(changed)
         assert refused['failed'] and not refused['changed']
-        assert refused['msg'].startswith('another relaunch runs on this host: pid %d (user tester, started 2026-12-01'
-                                         % holder.pid), refused['msg']
+        assert refused['msg'].startswith('another relaunch runs on this host: pid %d (user tester, started 2026-12-01' % holder.pid), refused['msg']
         assert time.monotonic() - started < 30  # refused, not waited for (the lock would be held 600 s)
         # Check mode (the preflight) refuses as well, and nothing was touched.
         assert host.launch(changed, check=True)['msg'].startswith('another relaunch runs on this host')
@@ -248,8 +262,20 @@ def test_a_reused_session_id_is_never_signalled(host, sglang):
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         # What a server that ran as this pid, long ago, would have left: same numbers, another start time.
         with open(os.path.join(state_dir, 'llama.json'), 'w') as f:
-            json.dump(dict(name='llama', supervisor='process', running=True, pid=info, pgid=info, sid=info,
-                           starttime=starttime - 100, config=dict(gpus=[0]), probe_url='http://127.0.0.1:%d' % sglang['port']), f)
+            json.dump(
+                dict(
+                    name='llama',
+                    supervisor='process',
+                    running=True,
+                    pid=info,
+                    pgid=info,
+                    sid=info,
+                    starttime=starttime - 100,
+                    config=dict(gpus=[0]),
+                    probe_url='http://127.0.0.1:%d' % sglang['port'],
+                ),
+                f,
+            )
         stopped = host.launch(dict(sglang, state='stopped'))
         assert not stopped['failed'] and not stopped['changed'], stopped
         started = host.launch(sglang)

@@ -22,15 +22,24 @@ def test_status_table_shows_gpus_servers_and_accept_length(make_host, tmp_path):
         lines = table(text)
         assert re.split(r'\s{2,}', lines[0]) == ['HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)'], lines
         servers = lines[lines.index('') + 1]
-        assert re.split(r'\s{2,}', servers) == ['HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH',
-                                                'SERVER ACCEPT (tok/step)', 'SERVER TOK/S', 'VERSION'], lines
+        assert re.split(r'\s{2,}', servers) == [
+            'HOST',
+            'INSTANCE',
+            'PORT',
+            'GPUS',
+            'PID',
+            'SPECULATIVE',
+            'HEALTH',
+            'SERVER ACCEPT (tok/step)',
+            'SERVER TOK/S',
+            'VERSION',
+        ], lines
         for name, hvars in fleet.items():
             pid = server_pid(hvars)
             # GPU 0 holds the server's scheduler, GPU 1 nothing.
             assert re.search(r'"%s\s+0\s+\d+\s+\d+\s+pid \d+ sglang::scheduler \d+ MiB"' % name, text), text[-3000:]
             assert re.search(r'"%s\s+1\s+0\s+\d+\s+-"' % name, text), text[-3000:]
-            row = re.search(r'"(%s\s+llama\s+%d\s+0\s+%d\s+EAGLE 2/1/3\s+healthy\s+[\d.]+\s+\S+\s+0\.5\.23)"'
-                            % (name, hvars['sglang_server_port'], pid), text)
+            row = re.search(r'"(%s\s+llama\s+%d\s+0\s+%d\s+EAGLE 2/1/3\s+healthy\s+[\d.]+\s+\S+\s+0\.5\.23)"' % (name, hvars['sglang_server_port'], pid), text)
             assert row, text[-3000:]
         stopped = stop_all(inventory)
         assert stopped.returncode == 0, stopped.stdout[-3000:]

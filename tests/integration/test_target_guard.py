@@ -10,7 +10,6 @@ import json
 import re
 
 import pytest
-
 from relaunch_fleet import recap, run
 from simfleet import alive
 
@@ -24,9 +23,14 @@ def fleet(make_host, tmp_path):
     common = dict(ansible_connection='local', sglang_install_venv=str(tmp_path / 'venv'), gpu_reset_install_python_deps=False)
     inventory = tmp_path / 'inventory.json'
     hosts = dict(gpu_servers=a, spare=z)
-    inventory.write_text(json.dumps(dict(
-        (group, dict(hosts={h.name: dict(common, ansible_python_interpreter=str(h.python), sglang_server_state_dir=str(h.state_dir / 'sglang'))}))
-        for group, h in hosts.items())))
+    inventory.write_text(
+        json.dumps(
+            dict(
+                (group, dict(hosts={h.name: dict(common, ansible_python_interpreter=str(h.python), sglang_server_state_dir=str(h.state_dir / 'sglang'))}))
+                for group, h in hosts.items()
+            )
+        )
+    )
     # What a stop or a reset would signal, were it to run on either host.
     holders = [a.hold(0, 1000, 'sglang::scheduler_TP0'), z.hold(0, 1000, 'sglang::scheduler_TP0')]
     return inventory, holders, tmp_path / 'venv'

@@ -89,10 +89,8 @@ def assert_serving(host, steps: int, draft_tokens: int, unit: str = UNIT, port: 
     assert host.service(unit).is_running, f"{unit} is not active on {name}"
     assert host.socket(f"tcp://127.0.0.1:{port}").is_listening, f"nothing listens on port {port} on {name}"
     info = server_info(host, port)
-    got = {key: info.get(key) for key in ("speculative_algorithm", "speculative_num_steps",
-                                          "speculative_eagle_topk", "speculative_num_draft_tokens")}
-    want = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps,
-            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": draft_tokens}
+    got = {key: info.get(key) for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")}
+    want = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": draft_tokens}
     assert got == want, f"{name} runs {got}, expected {want}"
     return info
 
@@ -109,7 +107,7 @@ def assert_gpus_hold_only_the_server(host, unit: str = UNIT) -> None:
         for proc in procs:
             cgroups = pid_cgroups(host, proc["pid"])
             assert any(c == cgroup or c.startswith(cgroup + "/") for c in cgroups), (
-                f"GPU {gpu['index']} of {name}: pid {proc['pid']} is not in {cgroup} but in {sorted(cgroups)}")
+                f"GPU {gpu['index']} of {name}: pid {proc['pid']} is not in {cgroup} but in {sorted(cgroups)}"
+            )
         held = sum(p["used_mib"] for p in procs)
-        assert gpu["used_mib"] == held, (
-            f"GPU {gpu['index']} of {name}: {gpu['used_mib']} MiB used, the server's processes hold {held} MiB")
+        assert gpu["used_mib"] == held, f"GPU {gpu['index']} of {name}: {gpu['used_mib']} MiB used, the server's processes hold {held} MiB"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from reliability import SECRETS, Timeout, module, playbook
 
 # The bugs the cases still show, by case id; the owner removes an entry with the fix (strict: a fixed bug
@@ -38,12 +37,19 @@ CASES = [
     case('launch', 'model_path-NUL', ['model_path', repr('sim/llama' + NUL + '8b')], inst=dict(model_path='sim/llama' + NUL + '8b')),
     case('launch', 'model_path-newline', ['model_path', repr('sim/llama\n8b')], inst=dict(model_path='sim/llama\n8b')),
     case('launch', 'model_path-dash-m', ['model_path', "'-m'"], inst=dict(model_path='-m')),
-    case('launch', 'model_path-missing-local', ['model_path', '/nonexistent/reliability-model'],
-         inst=dict(model_path='/nonexistent/reliability-model')),
-    case('launch', 'draft-missing-local', ['draft_model_path', '/nonexistent/reliability-draft'],
-         inst=dict(speculative=dict(draft_model_path='/nonexistent/reliability-draft'))),
-    case('launch', 'log_file-newline', ['log_file', repr('/tmp/sglang.log\nExecStartPre=/bin/true')],
-         inst=dict(log_file='/tmp/sglang.log\nExecStartPre=/bin/true')),
+    case('launch', 'model_path-missing-local', ['model_path', '/nonexistent/reliability-model'], inst=dict(model_path='/nonexistent/reliability-model')),
+    case(
+        'launch',
+        'draft-missing-local',
+        ['draft_model_path', '/nonexistent/reliability-draft'],
+        inst=dict(speculative=dict(draft_model_path='/nonexistent/reliability-draft')),
+    ),
+    case(
+        'launch',
+        'log_file-newline',
+        ['log_file', repr('/tmp/sglang.log\nExecStartPre=/bin/true')],
+        inst=dict(log_file='/tmp/sglang.log\nExecStartPre=/bin/true'),
+    ),
     case('launch', 'log_file-NUL', ['log_file', repr('/tmp/sglang' + NUL + '.log')], inst=dict(log_file='/tmp/sglang' + NUL + '.log')),
     case('launch', 'state_dir-newline', ['state_dir', '\\n'], task=dict(state_dir='{state_dir}\nExecStartPre=/bin/true')),
     case('launch', 'state_dir-NUL', ['state_dir', '\\x00'], task=dict(state_dir='{state_dir}' + NUL + 'x')),
@@ -75,17 +81,13 @@ CASES = [
     case('launch', 'host-user-part', ['host', "'127.0.0.1@evil.invalid'"], inst=dict(host='127.0.0.1@evil.invalid')),
     case('launch', 'host-space', ['host', "'a b'"], inst=dict(host='a b')),
     # ------------------------------------------------------------ environment and extra_args
-    case('launch', 'environment-secret-name', ['environment.HF_TOKEN', 'secret_environment'],
-         inst=dict(environment=dict(HF_TOKEN=SECRETS['hf_token']))),
-    case('launch', 'environment-cuda-visible', ['environment.CUDA_VISIBLE_DEVICES', 'gpus'],
-         inst=dict(environment=dict(CUDA_VISIBLE_DEVICES='3'))),
-    case('launch', 'environment-value-newline', ['environment.NCCL_DEBUG', 'line break'],
-         inst=dict(environment=dict(NCCL_DEBUG='WARN\nLD_PRELOAD=/tmp/x.so'))),
+    case('launch', 'environment-secret-name', ['environment.HF_TOKEN', 'secret_environment'], inst=dict(environment=dict(HF_TOKEN=SECRETS['hf_token']))),
+    case('launch', 'environment-cuda-visible', ['environment.CUDA_VISIBLE_DEVICES', 'gpus'], inst=dict(environment=dict(CUDA_VISIBLE_DEVICES='3'))),
+    case('launch', 'environment-value-newline', ['environment.NCCL_DEBUG', 'line break'], inst=dict(environment=dict(NCCL_DEBUG='WARN\nLD_PRELOAD=/tmp/x.so'))),
     case('launch', 'extra_args-unknown', ['extra_args.no-such-flag', '--no-such-flag'], inst=dict(extra_args={'no-such-flag': 1})),
     case('launch', 'extra_args-ambiguous', ['extra_args.cuda-graph-max-bs', 'ambiguous'], inst=dict(extra_args={'cuda-graph-max-bs': 8})),
     case('launch', 'extra_args-config', ['extra_args.config', '--config'], inst=dict(extra_args={'config': '/tmp/evil.yaml'})),
-    case('launch', 'extra_args-admin-key', ['extra_args.admin-api-key', 'admin_api_key'],
-         inst=dict(extra_args={'admin-api-key': SECRETS['admin_api_key']})),
+    case('launch', 'extra_args-admin-key', ['extra_args.admin-api-key', 'admin_api_key'], inst=dict(extra_args={'admin-api-key': SECRETS['admin_api_key']})),
     case('launch', 'extra_args-bad-value', ['extra_args.mem-fraction-static', "'lots'"], inst=dict(extra_args={'mem-fraction-static': 'lots'})),
     # ------------------------------------------------------------ speculative rules
     case('launch', 'steps-0', ['speculative.num_steps', '0'], inst=dict(speculative=dict(num_steps=0))),
@@ -115,17 +117,19 @@ CASES = [
     case('play', 'batch-abc', ['batch', 'abc'], extra=['-e', 'batch=abc']),
     case('play', 'target-nosuch', ["target 'nosuch.invalid' matches no host"], extra=['-e', 'target=nosuch.invalid']),
     case('play', 'topk-mismatch-strict', ['num_draft_tokens', '7'], extra=['-e', 'steps=2', '-e', 'topk=1', '-e', 'draft_tokens=7']),
-    case('play', 'draft-missing-local', ['draft_model_path', '/nonexistent/reliability-draft'],
-         extra=['-e', 'draft_model=/nonexistent/reliability-draft']),
-    case('play', 'model_path-missing-local', ['model_path', '/nonexistent/reliability-model'],
-         extra=['-e', '{"sglang_server_model_path": "/nonexistent/reliability-model"}']),
+    case('play', 'draft-missing-local', ['draft_model_path', '/nonexistent/reliability-draft'], extra=['-e', 'draft_model=/nonexistent/reliability-draft']),
+    case(
+        'play',
+        'model_path-missing-local',
+        ['model_path', '/nonexistent/reliability-model'],
+        extra=['-e', '{"sglang_server_model_path": "/nonexistent/reliability-model"}'],
+    ),
     case('play', 'smoke_max_tokens-negative', ['smoke_max_tokens', '-1'], extra=['-e', '{"sglang_server_smoke_max_tokens": -1}']),
     case('play', 'port-true', ['port', ('True', 'true')], extra=['-e', '{"sglang_server_port": true}']),
     case('play', 'port-70000', ['port', '70000'], extra=['-e', '{"sglang_server_port": 70000}']),
     case('play', 'gpu-held-by-foreign', ['gpus', 'pid', 'reliability-trainer'], extra=['-e', '{"sglang_server_gpus": ["1"]}'], hold=1),
     case('play', 'api_key-non-ascii', ['api_key', 'non-ASCII'], extra=['-e', '{"sglang_server_api_key": "sk-ключ-reliability"}']),
-    case('play', 'extra_args-ambiguous', ['extra_args.cuda-graph-max-bs', 'ambiguous'],
-         extra=['-e', '{"sglang_server_extra_args": {"cuda-graph-max-bs": 8}}']),
+    case('play', 'extra_args-ambiguous', ['extra_args.cuda-graph-max-bs', 'ambiguous'], extra=['-e', '{"sglang_server_extra_args": {"cuda-graph-max-bs": 8}}']),
 ]
 
 
@@ -179,8 +183,7 @@ def attempt(server, kind: str, how: dict, fill: dict) -> tuple[bool, str]:
 def check_case(intact, kind: str, how: dict, expect: list) -> None:
     """Run one case against the serving host `intact` (server, fingerprint before) and assert all it must hold."""
     server, before = intact
-    fill = dict(state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1,
-                **server.links)
+    fill = dict(state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1, **server.links)
     holder = server.host.hold(how['hold'], 2048, 'reliability-trainer') if 'hold' in how else None
     try:
         failed, said = attempt(server, kind, how, fill)
@@ -194,7 +197,9 @@ def check_case(intact, kind: str, how: dict, expect: list) -> None:
         assert any(str(o) in said for o in options), 'the message does not name %s: %s' % (' or '.join(map(str, options)), said[-3000:])
     assert server.healthy(), 'the server no longer serves'
     assert server.fingerprint() == before, 'the server or its state changed:\n%s\n%s' % (
-        json.dumps(before, indent=1), json.dumps(server.fingerprint(), indent=1))
+        json.dumps(before, indent=1),
+        json.dumps(server.fingerprint(), indent=1),
+    )
 
 
 def check_table() -> None:

@@ -108,9 +108,14 @@ def pytest_sessionstart(session):
 
 
 def summary_line(counts: dict) -> str:
-    return ('bad inputs rejected before any stop %d/%d, faults survived %d/%d, secrets found %d (in %d outputs scanned)'
-            % (counts['bad_input'][0], counts['bad_input'][1], counts['fault'][0], counts['fault'][1],
-               len(counts['secrets']), counts['outputs']))
+    return 'bad inputs rejected before any stop %d/%d, faults survived %d/%d, secrets found %d (in %d outputs scanned)' % (
+        counts['bad_input'][0],
+        counts['bad_input'][1],
+        counts['fault'][0],
+        counts['fault'][1],
+        len(counts['secrets']),
+        counts['outputs'],
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument

@@ -19,8 +19,7 @@ from pathlib import Path
 from relaunch_fleet import PLAYBOOKS, host_vars, state, write_inventory
 from simfleet import _ONELINE, SimHost, alive, ansible_env
 
-SECRETS = dict(api_key='sk-reliability-api-3c9e0d7a1f52', admin_api_key='sk-reliability-admin-8b41f6e2c0d9',
-               hf_token='hf_reliabilitySecret5e2a7c19b3f0')
+SECRETS = dict(api_key='sk-reliability-api-3c9e0d7a1f52', admin_api_key='sk-reliability-admin-8b41f6e2c0d9', hf_token='hf_reliabilitySecret5e2a7c19b3f0')
 # The files that exist to hold the secrets (mode 0600); every other file of a state directory is scanned.
 PRIVATE_SUFFIXES = ('.secret.yaml', '.env')
 # Where each run's secret hits are counted, per test (read by conftest.py's autouse fixture).
@@ -79,8 +78,7 @@ def scan_cmdlines() -> list[str]:
 
 def _communicate(argv: list, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run argv in a session of its own; past `timeout` kill the whole group (module processes included)."""
-    proc = subprocess.Popen(argv, env=env or ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, env=env or ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -119,16 +117,23 @@ def playbook(inventory: Path, name: str, *args: str, timeout: float = 180) -> su
 
 def playbook_popen(inventory: Path, name: str, *args: str) -> subprocess.Popen:
     """A playbook run in the background, in a process group of its own (to be killed as a whole)."""
-    return subprocess.Popen(['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / name)] + list(args),
-                            env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        ['ansible-playbook', '-i', str(inventory), str(PLAYBOOKS / name)] + list(args),
+        env=ansible_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def secret_vars(host: SimHost, **overrides) -> dict:
     """The role's variables for a host whose server carries every kind of secret."""
-    hvars = host_vars(host, sglang_server_api_key=SECRETS['api_key'],
-                      sglang_server_instances=[dict(admin_api_key=SECRETS['admin_api_key'],
-                                                    secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))])
+    hvars = host_vars(
+        host,
+        sglang_server_api_key=SECRETS['api_key'],
+        sglang_server_instances=[dict(admin_api_key=SECRETS['admin_api_key'], secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))],
+    )
     hvars.update(overrides)
     return hvars
 
@@ -174,8 +179,12 @@ class Serving:
         """Serving as started: a case that got through may have stopped, moved or relaunched it."""
         current = state(self.vars) or {}
         config = current.get('config') or {}
-        if not (self.healthy() and config.get('port') == self.vars['sglang_server_port']
-                and config.get('gpus') == [0] and config.get('speculative', {}).get('num_steps') == 2):
+        if not (
+            self.healthy()
+            and config.get('port') == self.vars['sglang_server_port']
+            and config.get('gpus') == [0]
+            and config.get('speculative', {}).get('num_steps') == 2
+        ):
             self.start()
 
     @property
@@ -197,13 +206,11 @@ class Serving:
     def instance(self) -> dict:
         """sglang_launch's instance exactly as the role passed it (the state keeps it without secrets)."""
         params = dict(self.state['last_good']['params'])
-        params.update(api_key=SECRETS['api_key'], admin_api_key=SECRETS['admin_api_key'],
-                      secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))
+        params.update(api_key=SECRETS['api_key'], admin_api_key=SECRETS['admin_api_key'], secret_environment=dict(HF_TOKEN=SECRETS['hf_token']))
         return params
 
     def task(self) -> dict:
-        return dict(state='started', state_dir=str(self.state_dir), rollback=True, sglang_version='0.5.23',
-                    instances=[self.instance()])
+        return dict(state='started', state_dir=str(self.state_dir), rollback=True, sglang_version='0.5.23', instances=[self.instance()])
 
     def fingerprint(self) -> dict:
         """What must not change: the server (pid and start time) and every file of the state directory but

@@ -5,7 +5,6 @@ directory changes."""
 from __future__ import annotations
 
 import pytest
-
 from bad_inputs import CASES, check_case
 
 

@@ -13,7 +13,6 @@ import signal
 import time
 
 import pytest
-
 from relaunch_fleet import recap, table, write_inventory
 from reliability import Serving, module, playbook, playbook_popen, scan, scan_cmdlines, scan_state_dir, secret_vars
 from simfleet import alive, wait_for
@@ -111,8 +110,7 @@ def test_controller_killed_mid_relaunch_then_rerun_completes(serving_host):
     simsglang(server.host, startup_seconds=60)  # the new server is still loading when the controller dies
     proc = playbook_popen(server.inventory, 'relaunch.yml', '-e', 'steps=3')
     try:
-        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90,
-                 what='the relaunch to wait for the new server')
+        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90, what='the relaunch to wait for the new server')
         half = server.state['pid']
     finally:
         kill_controller(proc, server.state.get('sid'))
@@ -136,15 +134,13 @@ def test_controller_group_killed_the_module_finishes_alone_and_the_rerun_complet
     simsglang(server.host, startup_seconds=4)
     proc = playbook_popen(server.inventory, 'relaunch.yml', '-e', 'steps=3')
     try:
-        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90,
-                 what='the relaunch to wait for the new server')
+        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90, what='the relaunch to wait for the new server')
         orphan = server.state['relaunch']['pid']
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         finish(proc)
     meanwhile = playbook(server.inventory, 'relaunch.yml', '-e', 'steps=3')
-    assert meanwhile.returncode != 0 and 'another relaunch runs on this host: pid %d' % orphan in meanwhile.stdout, \
-        meanwhile.stdout[-3000:]
+    assert meanwhile.returncode != 0 and 'another relaunch runs on this host: pid %d' % orphan in meanwhile.stdout, meanwhile.stdout[-3000:]
     wait_for(lambda: not alive(orphan), timeout=90, what='the orphaned module to finish')
     again = playbook(server.inventory, 'relaunch.yml', '-e', 'steps=3')
     assert again.returncode == 0, again.stdout[-4000:]
@@ -156,8 +152,7 @@ def test_two_relaunches_of_one_host_the_second_is_refused_at_once(serving_host):
     simsglang(server.host, startup_seconds=5)
     first = playbook_popen(server.inventory, 'relaunch.yml', '-e', 'steps=3')
     try:
-        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90,
-                 what='the first relaunch to hold the host')
+        wait_for(lambda: (server.state.get('relaunch') or {}).get('phase') == 'wait until ready', timeout=90, what='the first relaunch to hold the host')
         started = time.monotonic()
         second = playbook(server.inventory, 'relaunch.yml', '-e', 'steps=3')
         took = time.monotonic() - started

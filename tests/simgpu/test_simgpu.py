@@ -94,7 +94,10 @@ class Nvml:
 
     def __init__(self, python: Path, init: bool = True, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [str(python), "-c", CLIENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [str(python), "-c", CLIENT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             env=env,
         )
         if init:
@@ -142,9 +145,9 @@ class Host:
         """Start a simgpu.hold in its own session; return it and its ready file."""
         ready = self.dir / f"ready-{len(self.holders)}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "simgpu.hold", "--state-dir", str(self.dir), "--gpu", str(gpu),
-             "--mib", str(mib), "--ready-file", str(ready), *extra],
-            env={**os.environ, "PYTHONPATH": str(HERE)}, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "simgpu.hold", "--state-dir", str(self.dir), "--gpu", str(gpu), "--mib", str(mib), "--ready-file", str(ready), *extra],
+            env={**os.environ, "PYTHONPATH": str(HERE)},
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         self.holders.append(proc)
@@ -231,13 +234,11 @@ def test_versions_count_names_and_uuids(host: Host) -> None:
     config = read_host(host.dir).config
     uuids = [nv(f"n.nvmlDeviceGetUUID(h({i}))") for i in range(8)]
     assert uuids == [config[f"uuid.{i}"] for i in range(8)]
-    assert len(set(uuids)) == 8 and all(re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", u)
-                                        for u in uuids)
+    assert len(set(uuids)) == 8 and all(re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", u) for u in uuids)
     for i, uuid in enumerate(uuids):
         assert nv(f"n.nvmlDeviceGetName(h({i}))") == "NVIDIA H200"
         assert nv(f"n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByUUID({uuid!r}))") == i
-    assert nv.error("n.nvmlDeviceGetHandleByUUID('GPU-00000000-0000-0000-0000-000000000000')") == \
-        "NVMLError_NotFound"
+    assert nv.error("n.nvmlDeviceGetHandleByUUID('GPU-00000000-0000-0000-0000-000000000000')") == "NVMLError_NotFound"
     assert nv.error("h(8)") == "NVMLError_InvalidArgument"
     # A name buffer too small for "NVIDIA H200" + NUL.
     assert nv("n.nvmlLib.nvmlDeviceGetName(h(0), ctypes.create_string_buffer(4), 4)") == 7
@@ -287,8 +288,7 @@ def test_memory_v1_includes_reserved_v2_does_not(host: Host) -> None:
     assert busy["v2_free"] == total - busy["reserved"] - busy["v2_used"]
     assert nv("mem(1)")["v2_used"] == 0
     # A struct version other than nvmlMemory_v2 (0x02000028) is refused.
-    assert nv.error("n.nvmlDeviceGetMemoryInfo(h(0), version=0x01000028)") == \
-        "NVMLError_ArgumentVersionMismatch"
+    assert nv.error("n.nvmlDeviceGetMemoryInfo(h(0), version=0x01000028)") == "NVMLError_ArgumentVersionMismatch"
 
 
 def test_process_listing_and_size_protocol(host: Host) -> None:
@@ -329,9 +329,7 @@ def test_sigkill_frees_memory_after_release_delay(make_host: Callable[..., Host]
 
 def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
     proc, _ready = host.spawn(0, 10, "--title", "sglang::scheduler_TP0")
-    watchers = wait_for("the watcher", lambda: [
-        int(p) for p in os.listdir("/proc") if p.isdigit()
-        and _safe_cmdline(int(p)) == [f"simgpu-watch {proc.pid}"]])
+    watchers = wait_for("the watcher", lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_cmdline(int(p)) == [f"simgpu-watch {proc.pid}"]])
     (watcher,) = watchers
     assert os.getsid(watcher) not in (os.getsid(proc.pid), os.getsid(0))
     assert not re.search("sglang", " ".join(cmdline(watcher)))
@@ -422,8 +420,7 @@ def test_two_hosts_are_independent(make_host: Callable[..., Host]) -> None:
 
 def test_child_survives_its_parent(host: Host) -> None:
     nv = host.nvml()
-    parent, ready = host.spawn(0, 1000, "--title", "sglang::scheduler_TP0",
-                               "--child-gpu", "1", "--child-mib", "500")
+    parent, ready = host.spawn(0, 1000, "--title", "sglang::scheduler_TP0", "--child-gpu", "1", "--child-mib", "500")
     child = ready["child_pid"]
     assert ready["pid"] == parent.pid
     assert cmdline(child) == ["sglang::scheduler_TP0_child"]
@@ -455,9 +452,12 @@ def test_out_of_memory(host: Host) -> None:
     with pytest.raises(SimGpuError, match="invalid device ordinal"):
         hold(8, 1, host.dir)
     proc = subprocess.run(
-        [sys.executable, "-m", "simgpu.hold", "--state-dir", str(host.dir), "--gpu", "0",
-         "--mib", str(free + 1)],
-        env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True, text=True, timeout=10, check=False,
+        [sys.executable, "-m", "simgpu.hold", "--state-dir", str(host.dir), "--gpu", "0", "--mib", str(free + 1)],
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
     )
     assert proc.returncode == 1 and "CUDA out of memory" in proc.stderr
     assert list((host.dir / "allocs").iterdir()) == []
@@ -472,22 +472,23 @@ def test_cli_and_wrapper(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(HERE)}
 
     def cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "simgpu.host", *args], env=env, check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run([sys.executable, "-m", "simgpu.host", *args], env=env, check=True, capture_output=True, text=True).stdout
 
     cli("create", "--state-dir", str(d), "--gpu-count", "2", "--seed", "s1", "--python", sys.executable)
     cli("set", "--state-dir", str(d), "lost_gpus=1", "release_delay_ms=0")
     shown = json.loads(cli("show", "--state-dir", str(d)))
     assert [g["lost"] for g in shown["gpus"]] == [False, True]
     assert shown["release_delay_ms"] == 0 and shown["config"]["seed"] == "s1"
-    bad = subprocess.run([sys.executable, "-m", "simgpu.host", "set", "--state-dir", str(d), "nope=1"],
-                         env=env, capture_output=True, text=True, check=False)
+    bad = subprocess.run([sys.executable, "-m", "simgpu.host", "set", "--state-dir", str(d), "nope=1"], env=env, capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "unknown" in bad.stderr
 
     wrapper = d / "python"
     assert os.access(wrapper, os.X_OK)
     out = subprocess.run(
         [str(wrapper), "-c", "import os; print(os.environ['SIMGPU_STATE_DIR'], os.environ['LD_LIBRARY_PATH'])"],
-        env={**os.environ, "LD_LIBRARY_PATH": "/elsewhere"}, check=True, capture_output=True, text=True,
+        env={**os.environ, "LD_LIBRARY_PATH": "/elsewhere"},
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     assert out == [str(d), f"{BUILD_DIR}:/elsewhere"]

@@ -23,12 +23,11 @@ HERE = Path(__file__).resolve().parent
 SIMGPU_ROOT = HERE.parent / "simgpu"
 sys.path[:0] = [str(HERE), str(SIMGPU_ROOT)]
 
-from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position
-from simgpu.host import create_host, read_host  # noqa: E402  pylint: disable=wrong-import-position
-
 from sglang.simulator import args as sim_args  # noqa: E402  pylint: disable=wrong-import-position
 from sglang.simulator.rules import sglang_flags  # noqa: E402  pylint: disable=wrong-import-position
 from sglang.simulator.speed import chain_throughput  # noqa: E402  pylint: disable=wrong-import-position
+from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position
+from simgpu.host import create_host, read_host  # noqa: E402  pylint: disable=wrong-import-position
 
 POLL = 0.05
 
@@ -74,7 +73,7 @@ def get_json(port, path, key=None):
 
 
 def sse_events(raw):
-    return [line[len("data: "):] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
 
 
 def group_processes(pgid):
@@ -85,7 +84,7 @@ def group_processes(pgid):
             continue
         try:
             stat = Path("/proc", entry, "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if fields[0] in ("Z", "X") or int(fields[2]) != pgid:
                 continue
             found[int(entry)] = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -105,11 +104,13 @@ class Server(object):
         self.port = free_port()
         self.log_path = tmp_path / ("server-%d.log" % self.port)
         environment = dict(os.environ)
-        environment.update({
-            "PYTHONPATH": os.pathsep.join([str(HERE), str(SIMGPU_ROOT)]),
-            "SIMGPU_STATE_DIR": str(host_dir),
-            "PYTHONUNBUFFERED": "1",
-        })
+        environment.update(
+            {
+                "PYTHONPATH": os.pathsep.join([str(HERE), str(SIMGPU_ROOT)]),
+                "SIMGPU_STATE_DIR": str(host_dir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         environment.pop("CUDA_VISIBLE_DEVICES", None)
         if config is not None:
             path = tmp_path / ("simsglang-%d.json" % self.port)
@@ -120,8 +121,7 @@ class Server(object):
         if "--port" not in argv:
             command += ["--port", str(self.port)]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
         self.pgid = self.proc.pid
 
     def log(self):
@@ -207,11 +207,14 @@ def test_parser_has_exactly_the_flags_of_the_table():
     assert (parsed.model_path, parsed.tp_size, parsed.speculative_algorithm) == ("m", 2, "eagle")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model-path", "m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["--model-path", "m", "--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
-    (["--tp-size", "2"], "the following arguments are required: --model-path"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model-path", "m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--model-path", "m", "--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
+        (["--tp-size", "2"], "the following arguments are required: --model-path"),
+    ],
+)
 def test_bad_command_lines_exit_2_like_argparse(tmp_path, host_dir, servers, argv, message):
     server = launch(servers, tmp_path, host_dir, argv)
     assert server.wait_exit() == 2
@@ -221,12 +224,34 @@ def test_bad_command_lines_exit_2_like_argparse(tmp_path, host_dir, servers, arg
 # -- the full life of a tp=2 server ----------------------------------------------------------------
 def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
     key = "sk-simsglang-secret"
-    server = launch(servers, tmp_path, host_dir, [
-        "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "2", "--api-key", key, "--enable-metrics",
-        "--speculative-algorithm", "eagle", "--speculative-draft-model-path", "draft/eagle",
-        "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8",
-        "--decode-log-interval", "5",
-    ], config={"startup_seconds": 1.0, "model_mib": 20000}, env={"CUDA_VISIBLE_DEVICES": "2,3"})
+    server = launch(
+        servers,
+        tmp_path,
+        host_dir,
+        [
+            "--model-path",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--tp-size",
+            "2",
+            "--api-key",
+            key,
+            "--enable-metrics",
+            "--speculative-algorithm",
+            "eagle",
+            "--speculative-draft-model-path",
+            "draft/eagle",
+            "--speculative-num-steps",
+            "2",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "8",
+            "--decode-log-interval",
+            "5",
+        ],
+        config={"startup_seconds": 1.0, "model_mib": 20000},
+        env={"CUDA_VISIBLE_DEVICES": "2,3"},
+    )
 
     # loading: 503 (the port is up before the weights are in), then 200
     wait_for(lambda: server.health() == 503, what="health 503 while loading")
@@ -274,8 +299,7 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
 
     # a plain generate, timed by the speed model (2 steps: about 94 tok/s)
     started = time.monotonic()
-    status, raw = http(server.port, "/generate", {"text": "Hello there", "sampling_params": {"max_new_tokens": 47}},
-                       key=key)
+    status, raw = http(server.port, "/generate", {"text": "Hello there", "sampling_params": {"max_new_tokens": 47}}, key=key)
     elapsed = time.monotonic() - started
     assert status == 200, raw
     meta = json.loads(raw)["meta_info"]
@@ -288,8 +312,9 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
     assert state["last_gen_throughput"] == pytest.approx(94, rel=0.25)
 
     # streaming chat: SSE chunks, then [DONE]
-    status, raw = http(server.port, "/v1/chat/completions", {
-        "model": "x", "stream": True, "max_tokens": 12, "messages": [{"role": "user", "content": "hi"}]}, key=key)
+    status, raw = http(
+        server.port, "/v1/chat/completions", {"model": "x", "stream": True, "max_tokens": 12, "messages": [{"role": "user", "content": "hi"}]}, key=key
+    )
     events = sse_events(raw)
     assert status == 200 and events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
@@ -303,10 +328,8 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
     status, raw = http(server.port, "/metrics")
     assert status == 200
     metrics = raw.decode()
-    labels = ('{model_name="meta-llama/Llama-3.1-8B-Instruct",engine_type="unified",tp_rank="0",pp_rank="0",'
-              'moe_ep_rank="0"}')
-    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:gen_throughput",
-                 "sglang:num_running_reqs"):
+    labels = '{model_name="meta-llama/Llama-3.1-8B-Instruct",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}'
+    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:gen_throughput", "sglang:num_running_reqs"):
         assert name + labels in metrics, name
     accept = float(metrics.split("sglang:spec_accept_length" + labels)[1].split()[0])
     assert 1.0 < accept <= 3.0  # the last logging window: short requests make it noisy
@@ -321,8 +344,7 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
 
     worker = threading.Thread(target=long_request)
     worker.start()
-    wait_for(lambda: "sglang:num_running_reqs%s 1.0" % labels in http(server.port, "/metrics")[1].decode(),
-             what="the request to run")
+    wait_for(lambda: "sglang:num_running_reqs%s 1.0" % labels in http(server.port, "/metrics")[1].decode(), what="the request to run")
     server.proc.send_signal(signal.SIGTERM)
     wait_for(lambda: server.health() in (503, None), what="health 503 while draining")
     assert http(server.port, "/generate", {"text": "late"}, key=key)[0] in (503, None)
@@ -342,8 +364,7 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
 
 # -- failures at startup ---------------------------------------------------------------------------
 def test_weights_that_do_not_fit_crash_the_server(tmp_path, host_dir, servers):
-    server = launch(servers, tmp_path, host_dir, ["--model-path", "big", "--tp-size", "2"],
-                    config={"models": {"big": {"model_mib": 400000}}})
+    server = launch(servers, tmp_path, host_dir, ["--model-path", "big", "--tp-size", "2"], config={"models": {"big": {"model_mib": 400000}}})
     assert server.wait_exit() == -signal.SIGKILL
     log = server.log()
     assert "Scheduler hit an exception" in log and "torch.OutOfMemoryError: CUDA out of memory" in log
@@ -357,17 +378,29 @@ def test_kv_cache_that_does_not_fit_crashes_the_server(tmp_path, host_dir, serve
 
 
 def test_configured_crash_combination(tmp_path, host_dir, servers):
-    argv = ["--model-path", "m", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d",
-            "--speculative-num-steps", "7", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8"]
-    server = launch(servers, tmp_path, host_dir, argv, config={
-        "crash_on": [{"when": {"speculative_num_steps": 7}, "message": "RuntimeError: CUDA graph capture failed"}]})
+    argv = [
+        "--model-path",
+        "m",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "d",
+        "--speculative-num-steps",
+        "7",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "8",
+    ]
+    server = launch(
+        servers, tmp_path, host_dir, argv, config={"crash_on": [{"when": {"speculative_num_steps": 7}, "message": "RuntimeError: CUDA graph capture failed"}]}
+    )
     assert server.wait_exit() == -signal.SIGKILL
     assert "RuntimeError: CUDA graph capture failed" in server.log()
 
 
 def test_speculative_rules_refuse_before_any_child(tmp_path, host_dir, servers):
-    argv = ["--model-path", "m", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d",
-            "--speculative-num-steps", "3"]
+    argv = ["--model-path", "m", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3"]
     server = launch(servers, tmp_path, host_dir, argv)
     assert server.wait_exit() == 1
     assert "all together or none of them" in server.log()
@@ -386,8 +419,7 @@ def test_children_die_with_a_killed_launcher_by_default(tmp_path, host_dir, serv
 
 
 def test_children_survive_kill_leaves_orphans_holding_memory(tmp_path, host_dir, servers):
-    server = launch(servers, tmp_path, host_dir, ["--model-path", "m", "--tp-size", "2"],
-                    config={"children_survive_kill": True})
+    server = launch(servers, tmp_path, host_dir, ["--model-path", "m", "--tp-size", "2"], config={"children_survive_kill": True})
     server.wait_ready()
     server.proc.kill()
     server.proc.wait(10)
@@ -418,7 +450,12 @@ def test_ignore_sigterm(tmp_path, host_dir, servers):
 def test_a_local_model_path_that_does_not_exist_fails_the_start(tmp_path):
     # As the real server does while loading: the launch fails, naming the path.
     missing = str(tmp_path / 'no-such-model')
-    out = subprocess.run([sys.executable, '-m', 'sglang.launch_server', '--model-path', missing, '--port', '1'],
-                         capture_output=True, text=True, timeout=60, check=False,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SIMGPU_ROOT)])))
+    out = subprocess.run(
+        [sys.executable, '-m', 'sglang.launch_server', '--model-path', missing, '--port', '1'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SIMGPU_ROOT)])),
+    )
     assert out.returncode != 0 and "Can't load the configuration of '%s'" % missing in out.stdout + out.stderr

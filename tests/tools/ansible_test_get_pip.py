@@ -18,8 +18,7 @@ import sys
 
 
 def main() -> int:
-    subprocess.run([sys.executable, "-m", "ensurepip", "--upgrade", "--default-pip"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "ensurepip", "--upgrade", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
     args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
     return subprocess.run([sys.executable, "-m", "pip", "install"] + args, check=False).returncode
 

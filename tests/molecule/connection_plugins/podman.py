@@ -69,6 +69,7 @@ import shlex
 
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.connection import ConnectionBase, ensure_connect
+
 from ansible_collections.containers.podman.plugins.connection.podman import Connection as PodmanConnection
 
 

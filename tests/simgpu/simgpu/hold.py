@@ -26,20 +26,17 @@ from .state import write_kv_atomic
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m simgpu.hold", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m simgpu.hold", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--state-dir", help="default: $SIMGPU_STATE_DIR or /var/lib/simgpu")
     p.add_argument("--gpu", type=int, required=True)
     p.add_argument("--mib", type=int, required=True)
     p.add_argument("--title", help="process title; /proc/<pid>/cmdline then reads exactly this")
     p.add_argument("--ignore-sigterm", action="store_true", help="survive SIGTERM (SIGKILL only)")
-    p.add_argument("--exit-delay", type=float, default=0.0, metavar="SECONDS",
-                   help="on SIGTERM, take this long to exit (like draining requests)")
+    p.add_argument("--exit-delay", type=float, default=0.0, metavar="SECONDS", help="on SIGTERM, take this long to exit (like draining requests)")
     p.add_argument("--child-gpu", type=int, help="fork a child holding memory on this GPU")
     p.add_argument("--child-mib", type=int)
     p.add_argument("--child-title", help="default: TITLE + '_child'")
-    p.add_argument("--ready-file", type=Path,
-                   help="written (pid=, child_pid=) once every allocation is registered")
+    p.add_argument("--ready-file", type=Path, help="written (pid=, child_pid=) once every allocation is registered")
     args = p.parse_args(argv)
     if (args.child_gpu is None) != (args.child_mib is None):
         p.error("--child-gpu and --child-mib go together")

@@ -1,8 +1,8 @@
 """Create, modify and inspect the state directory of one simulated host.
 
-    python -m simgpu.host create --state-dir D [--gpu-count 8] [--leak] ...
-    python -m simgpu.host set    --state-dir D key=value [key=value ...]
-    python -m simgpu.host show   --state-dir D
+python -m simgpu.host create --state-dir D [--gpu-count 8] [--leak] ...
+python -m simgpu.host set    --state-dir D key=value [key=value ...]
+python -m simgpu.host show   --state-dir D
 """
 
 from __future__ import annotations
@@ -191,8 +191,7 @@ def read_host(state_dir: StateDir = None) -> HostState:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m simgpu.host", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m simgpu.host", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for cmd in ("create", "set", "show"):
         sp = sub.add_parser(cmd)
@@ -208,8 +207,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             sp.add_argument("--driver-version", default="570.124.06")
             sp.add_argument("--nvml-version", default="12.570.124.06")
             sp.add_argument("--cuda-driver-version", type=int, default=12080)
-            sp.add_argument("--python", metavar="INTERPRETER",
-                            help="also write <state-dir>/python running INTERPRETER")
+            sp.add_argument("--python", metavar="INTERPRETER", help="also write <state-dir>/python running INTERPRETER")
         elif cmd == "set":
             sp.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
     return p.parse_args(argv)
@@ -219,9 +217,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.command == "create":
         d = create_host(
-            resolve_state_dir(args.state_dir), args.gpu_count, args.name, args.total_mib,
-            args.reserved_mib, args.release_delay_ms, args.leak, args.seed,
-            driver_version=args.driver_version, nvml_version=args.nvml_version,
+            resolve_state_dir(args.state_dir),
+            args.gpu_count,
+            args.name,
+            args.total_mib,
+            args.reserved_mib,
+            args.release_delay_ms,
+            args.leak,
+            args.seed,
+            driver_version=args.driver_version,
+            nvml_version=args.nvml_version,
             cuda_driver_version=args.cuda_driver_version,
         )
         if args.python:

@@ -49,8 +49,7 @@ def write_interpreter(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m simgpu.interpreter", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m simgpu.interpreter", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--state-dir", help="default: $SIMGPU_STATE_DIR or /var/lib/simgpu")
     p.add_argument("--python", default=sys.executable, help="interpreter to run (default: this one)")
     p.add_argument("--lib-dir", default=str(BUILD_DIR), help="directory of libnvidia-ml.so.1")

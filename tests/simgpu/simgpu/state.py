@@ -180,9 +180,7 @@ class Usage:
     processes: dict[int, int]  # live pid -> MiB (the NVML process list)
 
 
-def scan_usage(
-    state_dir: Path, gpu_count: int, release_delay_ms: int, leak: bool
-) -> list[Usage]:
+def scan_usage(state_dir: Path, gpu_count: int, release_delay_ms: int, leak: bool) -> list[Usage]:
     """Apply the CUDA-context lifecycle to every allocation, as libnvml does.
 
     Live: listed and counted.  Dead: not listed, counted until dead_at_ms +

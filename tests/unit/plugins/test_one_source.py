@@ -56,11 +56,15 @@ def test_the_modules_argument_specs_use_the_default_paths():
     assert instance.DEFAULT_PYTHON == instance.DEFAULT_VENV + '/bin/python'
 
 
-@pytest.mark.parametrize('module, path, expected', [
-    (sglang_launch, ('state_dir',), instance.DEFAULT_STATE_DIR),
-    (sglang_launch, ('instances', 'python'), instance.DEFAULT_PYTHON),
-    (sglang_info, ('state_dir',), instance.DEFAULT_STATE_DIR),
-], ids=['sglang_launch state_dir', 'sglang_launch instances[].python', 'sglang_info state_dir'])
+@pytest.mark.parametrize(
+    'module, path, expected',
+    [
+        (sglang_launch, ('state_dir',), instance.DEFAULT_STATE_DIR),
+        (sglang_launch, ('instances', 'python'), instance.DEFAULT_PYTHON),
+        (sglang_info, ('state_dir',), instance.DEFAULT_STATE_DIR),
+    ],
+    ids=['sglang_launch state_dir', 'sglang_launch instances[].python', 'sglang_info state_dir'],
+)
 def test_documented_module_defaults_are_the_constants(module, path, expected):
     options = documentation(module)['options']
     for name in path[:-1]:
@@ -68,13 +72,16 @@ def test_documented_module_defaults_are_the_constants(module, path, expected):
     assert options[path[-1]].get('default') == expected
 
 
-@pytest.mark.parametrize('role, variable, expected', [
-    ('sglang_install', 'sglang_install_version', VERSION),
-    ('sglang_install', 'sglang_install_venv', instance.DEFAULT_VENV),
-    ('sglang_server', 'sglang_server_version', VERSION),
-    ('sglang_server', 'sglang_server_python', instance.DEFAULT_VENV),
-    ('sglang_server', 'sglang_server_state_dir', instance.DEFAULT_STATE_DIR),
-])
+@pytest.mark.parametrize(
+    'role, variable, expected',
+    [
+        ('sglang_install', 'sglang_install_version', VERSION),
+        ('sglang_install', 'sglang_install_venv', instance.DEFAULT_VENV),
+        ('sglang_server', 'sglang_server_version', VERSION),
+        ('sglang_server', 'sglang_server_python', instance.DEFAULT_VENV),
+        ('sglang_server', 'sglang_server_state_dir', instance.DEFAULT_STATE_DIR),
+    ],
+)
 def test_role_defaults_are_the_constants(role, variable, expected):
     assert role_defaults(role)[variable] == expected
 
@@ -114,8 +121,7 @@ def texts():
 
 
 def test_every_mention_of_the_release_is_the_pinned_one():
-    stale = ['%s: %s' % (name, match.group(0)) for name, text in texts() for match in VERSION_MENTION.finditer(text)
-             if match.group(1) != VERSION]
+    stale = ['%s: %s' % (name, match.group(0)) for name, text in texts() for match in VERSION_MENTION.finditer(text) if match.group(1) != VERSION]
     assert not stale, 'SGLang is pinned to %s, but these name another release: %s' % (VERSION, stale)
 
 

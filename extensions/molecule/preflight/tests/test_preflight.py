@@ -18,7 +18,8 @@ def test_server_untouched(host):
     main_pid, active_enter = fleet_checks.main_pid_and_start(host)
     assert before["main_pid"] > 0, before
     assert (main_pid, active_enter) == (before["main_pid"], before["active_enter"]), (
-        f"{host.backend.hostname}: the server was restarted by a relaunch that preflight should have stopped")
+        f"{host.backend.hostname}: the server was restarted by a relaunch that preflight should have stopped"
+    )
 
 
 def test_still_serves_two_steps(host):
@@ -31,6 +32,5 @@ def test_no_relaunch_left_marked_and_the_host_lock_is_free(host):
     state = json.loads(host.file("/var/lib/gpufleet-sglang/fleet.json").content_string)
     assert "relaunch" not in state, state
     lock = "/var/lib/gpufleet-sglang/relaunch.lock"
-    probe = host.run("python3 -c 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
-                     "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)' %s" % lock)
+    probe = host.run("python3 -c 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)' %s" % lock)
     assert probe.rc == 0, probe.stderr

@@ -24,8 +24,28 @@ logger = logging.getLogger("sglang.simulator.api")
 
 STARTING, UP, DRAINING = "starting", "up", "draining"
 GEN_THROUGHPUT_STALENESS_SECONDS = 30.0
-FILLER = ("the", "quick", "simulated", "server", "writes", "plain", "filler", "words", "at", "a",
-          "measured", "pace", "so", "tests", "can", "count", "tokens", "and", "time", "them")
+FILLER = (
+    "the",
+    "quick",
+    "simulated",
+    "server",
+    "writes",
+    "plain",
+    "filler",
+    "words",
+    "at",
+    "a",
+    "measured",
+    "pace",
+    "so",
+    "tests",
+    "can",
+    "count",
+    "tokens",
+    "and",
+    "time",
+    "them",
+)
 # Paths SGLang answers without an API key (probes and scraping carry no secrets).
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
@@ -109,14 +129,15 @@ class ServerState(object):
             self.last_gen_throughput = self.window_tokens / gap
             if self.speed.enabled:
                 self.last_spec_accept_length = self.window_tokens / float(self.window_cycles)
-                self.last_spec_accept_rate = (self.window_correct / float(self.window_proposed)
-                                              if self.window_proposed else 0.0)
-            line = ("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %sgen throughput (token/s): %.2f, "
-                    "#queue-req: %d"
-                    % (self.running, self.window_tokens, 0.0,
-                       ("accept len: %.2f, accept rate: %.2f, " % (self.last_spec_accept_length, self.last_spec_accept_rate)
-                        if self.speed.enabled else ""),
-                       self.last_gen_throughput, self.queued))
+                self.last_spec_accept_rate = self.window_correct / float(self.window_proposed) if self.window_proposed else 0.0
+            line = "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %sgen throughput (token/s): %.2f, #queue-req: %d" % (
+                self.running,
+                self.window_tokens,
+                0.0,
+                ("accept len: %.2f, accept rate: %.2f, " % (self.last_spec_accept_length, self.last_spec_accept_rate) if self.speed.enabled else ""),
+                self.last_gen_throughput,
+                self.queued,
+            )
             self.window_tokens = self.window_cycles = self.window_correct = self.window_proposed = 0
             self.window_start = now
             self.last_stats_time = now
@@ -176,13 +197,15 @@ class ServerState(object):
         if self.speed.enabled and cycles:
             proposed = cycles * (self.speed.num_draft_tokens - 1)
             correct = len(ids) - cycles
-            meta.update({
-                "spec_accept_rate": correct / float(proposed) if proposed else 0.0,
-                "spec_accept_length": len(ids) / float(cycles),
-                "spec_num_correct_drafts": correct,
-                "spec_num_proposed_drafts": proposed,
-                "spec_verify_ct": cycles,
-            })
+            meta.update(
+                {
+                    "spec_accept_rate": correct / float(proposed) if proposed else 0.0,
+                    "spec_accept_length": len(ids) / float(cycles),
+                    "spec_num_correct_drafts": correct,
+                    "spec_num_proposed_drafts": proposed,
+                    "spec_verify_ct": cycles,
+                }
+            )
         return "".join(text), ids, meta
 
     # -- reports -----------------------------------------------------------------------------
@@ -207,12 +230,14 @@ class ServerState(object):
     def server_info(self):
         info = dict(self.args)
         info.update(self.scheduler_info)
-        info.update({
-            "startup_time": self.startup_time,
-            "internal_states": [self.internal_state()],
-            "version": __version__,
-            "frontend": "python",
-        })
+        info.update(
+            {
+                "startup_time": self.startup_time,
+                "internal_states": [self.internal_state()],
+                "version": __version__,
+                "frontend": "python",
+            }
+        )
         return info
 
     def model_info(self):
@@ -245,8 +270,7 @@ class ServerState(object):
                 ("sglang:gen_throughput", "The generation throughput (token/s).", sched, throughput),
                 ("sglang:token_usage", "The token usage.", sched, 0.0),
                 ("sglang:cache_hit_rate", "The prefix cache hit rate.", "", 0.0),
-                ("sglang:spec_accept_length", "Mean acceptance length of speculative decoding.", sched,
-                 self.last_spec_accept_length),
+                ("sglang:spec_accept_length", "Mean acceptance length of speculative decoding.", sched, self.last_spec_accept_length),
                 ("sglang:spec_accept_rate", "Speculative acceptance rate.", sched, self.last_spec_accept_rate),
             ]
             counters = dict(self.counters)
@@ -255,9 +279,11 @@ class ServerState(object):
             lines.append("# HELP %s %s" % (metric, helptext))
             lines.append("# TYPE %s gauge" % metric)
             lines.append("%s%s %s" % (metric, "{%s}" % labels if labels else "", _number(value)))
-        for metric, helptext in (("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
-                                 ("sglang:generation_tokens_total", "Number of generation tokens processed."),
-                                 ("sglang:num_requests_total", "Number of requests processed.")):
+        for metric, helptext in (
+            ("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+            ("sglang:generation_tokens_total", "Number of generation tokens processed."),
+            ("sglang:num_requests_total", "Number of requests processed."),
+        ):
             lines.append("# HELP %s %s" % (metric, helptext))
             lines.append("# TYPE %s counter" % metric)
             for streaming in ("false", "true"):
@@ -300,8 +326,9 @@ class Handler(BaseHTTPRequestHandler):
             status = int(code)
         except (TypeError, ValueError):
             status = code
-        logger.info('%s:%d - "%s %s %s" %s', self.client_address[0], self.client_address[1], self.command,
-                    urlsplit(self.path).path, self.request_version, status)
+        logger.info(
+            '%s:%d - "%s %s %s" %s', self.client_address[0], self.client_address[1], self.command, urlsplit(self.path).path, self.request_version, status
+        )
 
     @property
     def state(self):
@@ -408,8 +435,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def models(self):
         name = self.state.args["served_model_name"]
-        card = {"id": name, "object": "model", "created": int(self.state.startup_time), "owned_by": "sglang",
-                "root": name, "parent": None, "max_model_len": self.state.settings["context_length"]}
+        card = {
+            "id": name,
+            "object": "model",
+            "created": int(self.state.startup_time),
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": self.state.settings["context_length"],
+        }
         self._send(200, {"object": "list", "data": [card]})
 
     def flush_cache(self):
@@ -466,9 +500,13 @@ class Handler(BaseHTTPRequestHandler):
             def emit(delta, new_ids, _last):
                 so_far["text"] += delta
                 so_far["ids"] += new_ids
-                self._event({"text": so_far["text"], "output_ids": list(so_far["ids"]),
-                             "meta_info": {"completion_tokens": len(so_far["ids"]), "prompt_tokens": prompt,
-                                           "finish_reason": None}})
+                self._event(
+                    {
+                        "text": so_far["text"],
+                        "output_ids": list(so_far["ids"]),
+                        "meta_info": {"completion_tokens": len(so_far["ids"]), "prompt_tokens": prompt, "finish_reason": None},
+                    }
+                )
 
             text, ids, meta = self.state.generate(prompt, max_new, emit)
             self._event({"text": text, "output_ids": ids, "meta_info": meta})
@@ -501,22 +539,42 @@ class Handler(BaseHTTPRequestHandler):
                 text, ids, meta = self.state.generate(prompt, max_new)
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length", "matched_stop": None}
                 if chat:
-                    choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
-                                         "tool_calls": None}
+                    choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
                 else:
                     choice["text"] = text
-                usage = {"prompt_tokens": prompt, "total_tokens": prompt + len(ids), "completion_tokens": len(ids),
-                         "prompt_tokens_details": None, "reasoning_tokens": 0}
+                usage = {
+                    "prompt_tokens": prompt,
+                    "total_tokens": prompt + len(ids),
+                    "completion_tokens": len(ids),
+                    "prompt_tokens_details": None,
+                    "reasoning_tokens": 0,
+                }
                 self._account(prompt, len(ids), False)
-                self._send(200, {"id": meta["id"], "object": kind, "created": created, "model": model,
-                                 "choices": [choice], "usage": usage, "metadata": {"weight_version": meta["weight_version"]}})
+                self._send(
+                    200,
+                    {
+                        "id": meta["id"],
+                        "object": kind,
+                        "created": created,
+                        "model": model,
+                        "choices": [choice],
+                        "usage": usage,
+                        "metadata": {"weight_version": meta["weight_version"]},
+                    },
+                )
                 return
             self._start_stream()
             chunk_kind = "chat.completion.chunk" if chat else "text_completion"
             if chat:
-                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model,
-                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                          "logprobs": None, "finish_reason": None}]})
+                self._event(
+                    {
+                        "id": rid,
+                        "object": chunk_kind,
+                        "created": created,
+                        "model": model,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                    }
+                )
 
             def emit(delta, _ids, last):
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length" if last else None}
@@ -528,9 +586,16 @@ class Handler(BaseHTTPRequestHandler):
 
             _text, ids, _meta = self.state.generate(prompt, max_new, emit)
             if (body.get("stream_options") or {}).get("include_usage"):
-                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [],
-                             "usage": {"prompt_tokens": prompt, "total_tokens": prompt + len(ids),
-                                       "completion_tokens": len(ids)}})
+                self._event(
+                    {
+                        "id": rid,
+                        "object": chunk_kind,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": {"prompt_tokens": prompt, "total_tokens": prompt + len(ids), "completion_tokens": len(ids)},
+                    }
+                )
             self._event("[DONE]")
             self._account(prompt, len(ids), True)
 
@@ -566,7 +631,7 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, address, state):
         self.state = state
-        super(Server, self).__init__(address, Handler)
+        super().__init__(address, Handler)
 
 
 def start(state, host, port):

@@ -34,8 +34,8 @@ KNOWN_DEFAULTS = {
     "speculative_accept_threshold_acc": 1.0,
 }
 
-_SI = {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
-_IEC = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 def human_readable_int(text):
@@ -165,7 +165,7 @@ def expand_config(argv):
         return argv
     index = argv.index("--config")
     path = argv[index + 1]
-    rest = argv[:index] + argv[index + 2:]
+    rest = argv[:index] + argv[index + 2 :]
     prefix = []
     for key, value in read_config_file(path).items():
         flag = "--" + key

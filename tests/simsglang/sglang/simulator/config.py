@@ -14,23 +14,23 @@ from pathlib import Path
 from sglang.simulator import speed
 
 DEFAULTS = {
-    "model_mib": 16000,              # weights of the whole model; each TP rank holds model_mib / tp_size
-    "kv_mib_per_token": 0.125,       # KV cache per token and TP rank, to report token capacity
-    "startup_seconds": 1.0,          # weight loading, while /health answers 503
-    "warmup_seconds": 0.2,           # warmup after loading, still 503
-    "http_during_load": True,        # false: the port opens only once weights are loaded, as in real SGLang
+    "model_mib": 16000,  # weights of the whole model; each TP rank holds model_mib / tp_size
+    "kv_mib_per_token": 0.125,  # KV cache per token and TP rank, to report token capacity
+    "startup_seconds": 1.0,  # weight loading, while /health answers 503
+    "warmup_seconds": 0.2,  # warmup after loading, still 503
+    "http_during_load": True,  # false: the port opens only once weights are loaded, as in real SGLang
     "architecture": "LlamaForCausalLM",
     "model_type": "llama",
     "context_length": 131072,
-    "prefill_tok_s": 20000.0,        # prompt processing speed
-    "crash_on": [],                  # combinations of server arguments that crash the schedulers at startup
+    "prefill_tok_s": 20000.0,  # prompt processing speed
+    "crash_on": [],  # combinations of server arguments that crash the schedulers at startup
     "crash_message": "RuntimeError: CUDA error: an illegal memory access was encountered",
-    "ignore_sigterm": False,         # every process of the server ignores SIGTERM
+    "ignore_sigterm": False,  # every process of the server ignores SIGTERM
     "children_survive_kill": False,  # schedulers outlive a SIGKILLed launcher, holding their memory
-    "drain_seconds": None,           # SIGTERM waits at most this long for requests; null: no limit, as SGLang
-    "drain_poll_seconds": 0.1,       # how often the draining launcher looks at the remaining requests
-    "scheduler_exit_seconds": 0.0,   # how long schedulers take to release their memory when shut down
-    "max_running_requests": 4096,    # what the scheduler admits when --max-running-requests is not given
+    "drain_seconds": None,  # SIGTERM waits at most this long for requests; null: no limit, as SGLang
+    "drain_poll_seconds": 0.1,  # how often the draining launcher looks at the remaining requests
+    "scheduler_exit_seconds": 0.0,  # how long schedulers take to release their memory when shut down
+    "max_running_requests": 4096,  # what the scheduler admits when --max-running-requests is not given
 }
 DEFAULTS.update(speed.DEFAULTS)
 

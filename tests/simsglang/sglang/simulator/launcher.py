@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 
-from sglang.simulator import api, args as cli_args, config, workers
+from sglang.simulator import api, config, workers
+from sglang.simulator import args as cli_args
 from sglang.simulator.rules import speculative
 from sglang.simulator.speed import SpeedModel
 
@@ -30,8 +31,7 @@ CHILD_EXIT_SECONDS = 10.0
 
 
 def _setup_logging(level):
-    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), format="[%(asctime)s] %(message)s",
-                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", force=True)
 
 
 def redact_argv(argv):
@@ -61,8 +61,11 @@ def default_mem_fraction(total_mib, tp_size, chunked_prefill_size):
 
 
 def _fail_before_start(message, kind="ValueError"):
-    logger.error("Traceback (most recent call last):\n  File \"sglang/launch_server.py\", in <module>\n"
-                 "    server_args = prepare_server_args(sys.argv[1:])\n%s: %s", kind, message)
+    logger.error(
+        "Traceback (most recent call last):\n  File \"sglang/launch_server.py\", in <module>\n    server_args = prepare_server_args(sys.argv[1:])\n%s: %s",
+        kind,
+        message,
+    )
     sys.exit(1)
 
 
@@ -88,16 +91,21 @@ def resolve_speculative(server_args, settings):
         return result
     for name, change in result["corrections"].items():
         if name == "num_draft_tokens" and result["eagle_topk"] == 1:
-            logger.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-                           "speculative_eagle_topk == 1 (%s -> %s)", change["requested"], change["effective"])
+            logger.warning(
+                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1 (%s -> %s)",
+                change["requested"],
+                change["effective"],
+            )
         else:
             logger.warning("Overriding speculative_%s=%s to %s.", name, change["requested"], change["effective"])
     for warning in result["warnings"]:
         if "is ignored by SGLang" in warning:
             logger.warning("%s", warning)
     if server_args.get("max_running_requests") is None and result["max_running_requests"] is not None:
-        logger.warning("Max running requests is reset to %d for speculative decoding. You can override this by "
-                       "explicitly setting --max-running-requests.", result["max_running_requests"])
+        logger.warning(
+            "Max running requests is reset to %d for speculative decoding. You can override this by explicitly setting --max-running-requests.",
+            result["max_running_requests"],
+        )
     draft = result["draft_model_path"]
     if draft is None and settings["architecture"] in speculative.BUNDLED_DRAFT_ARCHITECTURES:
         draft = server_args["model_path"]
@@ -123,8 +131,13 @@ class Launcher(object):
         self.ctx = multiprocessing.get_context("fork")
         self.children = []  # (name, process, parent end of its pipe)
         self.http = None
-        speed = SpeedModel(settings, server_args.get("speculative_algorithm"), server_args.get("speculative_num_steps"),
-                           server_args.get("speculative_eagle_topk"), server_args.get("speculative_num_draft_tokens"))
+        speed = SpeedModel(
+            settings,
+            server_args.get("speculative_algorithm"),
+            server_args.get("speculative_num_steps"),
+            server_args.get("speculative_eagle_topk"),
+            server_args.get("speculative_num_draft_tokens"),
+        )
         self.state = api.ServerState(server_args, settings, speed)
 
     # -- signals -----------------------------------------------------------------------------
@@ -144,14 +157,12 @@ class Launcher(object):
         every_end = [end for pair in pipes for end in pair]
         me = os.getpid()
         detok_parent, detok_child = pipes[0]
-        proc = self.ctx.Process(target=workers.run_detokenizer, name="detokenizer",
-                                args=(self.settings, detok_child, every_end, me))
+        proc = self.ctx.Process(target=workers.run_detokenizer, name="detokenizer", args=(self.settings, detok_child, every_end, me))
         proc.start()
         self.children.append(("sglang::detokenizer", proc, detok_parent))
         for rank in range(plan["tp_size"]):
             parent_end, child_end = pipes[rank + 1]
-            proc = self.ctx.Process(target=workers.run_scheduler, name="scheduler_TP%d" % rank,
-                                    args=(rank, plan, self.settings, child_end, every_end, me))
+            proc = self.ctx.Process(target=workers.run_scheduler, name="scheduler_TP%d" % rank, args=(rank, plan, self.settings, child_end, every_end, me))
             proc.start()
             self.children.append((workers.scheduler_title(rank, plan["tp_size"]), proc, parent_end))
         for _parent_end, child_end in pipes:
@@ -171,8 +182,9 @@ class Launcher(object):
     def _check_children(self):
         for name, proc, _conn in self.children:
             if not proc.is_alive():
-                self.kill_tree_and_die("Subprocess %s (pid %d) died unexpectedly with exit code %s. "
-                                       "Killing the process tree." % (name, proc.pid, proc.exitcode))
+                self.kill_tree_and_die(
+                    "Subprocess %s (pid %d) died unexpectedly with exit code %s. Killing the process tree." % (name, proc.pid, proc.exitcode)
+                )
 
     def wait_until_loaded(self):
         """Collect each child's report; a failure takes the whole server down."""
@@ -189,14 +201,12 @@ class Launcher(object):
                     except EOFError:
                         report = {"error": "no report"}
                     if "error" in report:
-                        self.kill_tree_and_die("Received sigquit from a child process (%s). It usually means the "
-                                               "child failed." % waiting[item])
+                        self.kill_tree_and_die("Received sigquit from a child process (%s). It usually means the child failed." % waiting[item])
                     del waiting[item]
                     self._absorb(report)
             for name, proc, conn in self.children:
                 if conn in waiting and not proc.is_alive() and not conn.poll():
-                    self.kill_tree_and_die("Subprocess %s (pid %d) died during startup with exit code %s."
-                                           % (name, proc.pid, proc.exitcode))
+                    self.kill_tree_and_die("Subprocess %s (pid %d) died during startup with exit code %s." % (name, proc.pid, proc.exitcode))
         return True
 
     def _absorb(self, report):
@@ -307,8 +317,9 @@ def main(argv):
     for key in ("model_path", "speculative_draft_model_path"):
         path = server_args.get(key)
         if path and path.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(path)):
-            _fail_before_start("Can't load the configuration of '%s': make sure it is the correct path to a "
-                               "directory containing a config.json file" % path, "OSError")
+            _fail_before_start(
+                "Can't load the configuration of '%s': make sure it is the correct path to a directory containing a config.json file" % path, "OSError"
+            )
     server_args["served_model_name"] = server_args.get("served_model_name") or server_args["model_path"]
     server_args["tokenizer_path"] = server_args.get("tokenizer_path") or server_args["model_path"]
     resolve_speculative(server_args, settings)
@@ -316,6 +327,7 @@ def main(argv):
     if server_args.get("mem_fraction_static") is None:
         try:
             from simgpu.host import read_host  # pylint: disable=import-outside-toplevel
+
             total = read_host().gpus[0].total_mib
         except (OSError, IndexError, ValueError):
             total = 81559

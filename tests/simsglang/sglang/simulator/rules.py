@@ -31,8 +31,7 @@ def _load():
         if (collections / "ansible_collections" / "gpufleet" / "sglang" / "plugins" / "module_utils" / "_speculative.py").is_file():
             if str(collections) not in sys.path:
                 sys.path.insert(0, str(collections))
-            return (importlib.import_module(_COLLECTION_PACKAGE + "._speculative"),
-                    importlib.import_module(_COLLECTION_PACKAGE + "._sglang_flags"))
+            return (importlib.import_module(_COLLECTION_PACKAGE + "._speculative"), importlib.import_module(_COLLECTION_PACKAGE + "._sglang_flags"))
     try:
         # _sglang_flags imports its generated table as <collection>.plugins.module_utils._sglang_flags_data (the
         # form Ansible's module packaging follows); installed, that file is sglang._gpufleet._sglang_flags_data.
@@ -40,8 +39,10 @@ def _load():
         sys.modules.setdefault(_COLLECTION_PACKAGE + "._sglang_flags_data", data)
         return importlib.import_module(_PACKAGED + "._speculative"), importlib.import_module(_PACKAGED + "._sglang_flags")
     except ImportError as exc:
-        raise ImportError("simsglang cannot find the collection's _speculative.py and _sglang_flags.py: run it from a "
-                          "checkout, set SIMSGLANG_COLLECTION_ROOT, or install it with pip from tests/simsglang") from exc
+        raise ImportError(
+            "simsglang cannot find the collection's _speculative.py and _sglang_flags.py: run it from a "
+            "checkout, set SIMSGLANG_COLLECTION_ROOT, or install it with pip from tests/simsglang"
+        ) from exc
 
 
 speculative, sglang_flags = _load()

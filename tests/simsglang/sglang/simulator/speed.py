@@ -24,14 +24,14 @@ import math
 
 # Defaults; each can be overridden per model in the simulator's configuration.
 DEFAULTS = {
-    "base_tok_s": 90.0,          # B: tokens/s of one request without speculation
-    "accept_p": 0.96,            # p: acceptance of the first draft position
-    "accept_decay": 0.42,        # d: each further position's acceptance is d times the previous one's
-    "draft_step_cost": 0.85,     # c: cost of the draft steps, in target forwards
+    "base_tok_s": 90.0,  # B: tokens/s of one request without speculation
+    "accept_p": 0.96,  # p: acceptance of the first draft position
+    "accept_decay": 0.42,  # d: each further position's acceptance is d times the previous one's
+    "draft_step_cost": 0.85,  # c: cost of the draft steps, in target forwards
     "draft_cost_exponent": 0.5,  # g: draft cost grows as k^g
-    "cycle_overhead": 0.05,      # o: fixed per-cycle cost of speculation, in target forwards
-    "topk_cost": 0.1,            # t: each extra candidate per draft step costs this fraction of a step
-    "verify_token_cost": 0.01,   # v: each verified tree node beyond the chain costs this
+    "cycle_overhead": 0.05,  # o: fixed per-cycle cost of speculation, in target forwards
+    "topk_cost": 0.1,  # t: each extra candidate per draft step costs this fraction of a step
+    "verify_token_cost": 0.01,  # v: each verified tree node beyond the chain costs this
 }
 
 BLOCK_DRAFTERS = ("DFLASH", "DSPARK")

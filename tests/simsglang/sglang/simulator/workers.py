@@ -16,7 +16,6 @@ import signal
 import time
 
 from setproctitle import setproctitle
-
 from simgpu.alloc import OutOfMemoryError, SimGpuError, hold
 from simgpu.host import read_host
 
@@ -84,9 +83,12 @@ def _gb(mib):
 
 
 def _fail(conn, text):
-    logger.error("Scheduler hit an exception: Traceback (most recent call last):\n"
-                 "  File \"sglang/srt/managers/scheduler.py\", in run_scheduler_process\n"
-                 "  File \"sglang/srt/model_executor/model_runner.py\", in initialize\n%s", text)
+    logger.error(
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        "  File \"sglang/srt/managers/scheduler.py\", in run_scheduler_process\n"
+        "  File \"sglang/srt/model_executor/model_runner.py\", in initialize\n%s",
+        text,
+    )
     try:
         conn.send({"error": text})
     finally:
@@ -96,8 +98,7 @@ def _fail(conn, text):
 def run_scheduler(tp_rank, plan, settings, conn, all_conns, launcher_pid):
     """Body of one scheduler process; never returns."""
     tp_size = plan["tp_size"]
-    _become_child(scheduler_title(tp_rank, tp_size), settings, launcher_pid, conn, all_conns,
-                  " TP%d" % tp_rank if tp_size > 1 else "")
+    _become_child(scheduler_title(tp_rank, tp_size), settings, launcher_pid, conn, all_conns, " TP%d" % tp_rank if tp_size > 1 else "")
     try:
         gpu = physical_gpu(plan["base_gpu_id"] + tp_rank * plan["gpu_id_step"])
         state = read_host().gpus
@@ -112,27 +113,25 @@ def run_scheduler(tp_rank, plan, settings, conn, all_conns, launcher_pid):
             _fail(conn, "torch.OutOfMemoryError: %s" % exc)
         time.sleep(float(settings["startup_seconds"]))
         free_mib = read_host().gpus[gpu].free_mib
-        logger.info("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
-                    settings["architecture"], _gb(free_mib), _gb(weights_mib))
+        logger.info(
+            "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.", settings["architecture"], _gb(free_mib), _gb(weights_mib)
+        )
         if plan["crash_message"]:
             _fail(conn, plan["crash_message"])
         fraction = plan["mem_fraction_static"]
         kv_mib = int(free_mib - total_mib * (1.0 - fraction))
         if kv_mib <= 0:
-            _fail(conn, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                        "Current value: mem_fraction_static=%s" % fraction)
+            _fail(conn, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=%s" % fraction)
         try:
             hold(gpu, kv_mib)
         except OutOfMemoryError as exc:
             _fail(conn, "torch.OutOfMemoryError: %s" % exc)
         tokens = int(kv_mib / float(settings["kv_mib_per_token"]))
-        logger.info("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", tokens,
-                    _gb(kv_mib) / 2, _gb(kv_mib) / 2)
+        logger.info("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", tokens, _gb(kv_mib) / 2, _gb(kv_mib) / 2)
         logger.info("Memory pool end. avail mem=%.2f GB", _gb(read_host().gpus[gpu].free_mib))
     except SimGpuError as exc:
         _fail(conn, "RuntimeError: %s" % exc)
-    conn.send({"ready": True, "tp_rank": tp_rank, "gpu": gpu, "weights_mib": weights_mib, "kv_mib": kv_mib,
-               "max_total_num_tokens": tokens, "pid": os.getpid()})
+    conn.send({"ready": True, "tp_rank": tp_rank, "gpu": gpu, "weights_mib": weights_mib, "kv_mib": kv_mib, "max_total_num_tokens": tokens, "pid": os.getpid()})
     _wait_for_shutdown(conn, settings)
 
 

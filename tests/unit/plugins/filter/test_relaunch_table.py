@@ -14,32 +14,64 @@ NO_REPORT = 'not relaunched (no report: failed earlier or skipped)'
 
 CASES = [
     pytest.param(
-        {'node-a': [dict(name='llama', old=dict(SPEC, num_steps=2), new=SPEC, seconds_down=4.21, seconds_to_ready=3.9, tok_s=91.34,
-                         accept_length=2.41, result='relaunched')],
-         'node-b': None},
-        ['HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
-         'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41  relaunched',
-         'node-b  -         -             -                    -             -            -                        -  ' + NO_REPORT],
-        id='relaunched-and-a-host-without-report'),
+        {
+            'node-a': [
+                dict(
+                    name='llama',
+                    old=dict(SPEC, num_steps=2),
+                    new=SPEC,
+                    seconds_down=4.21,
+                    seconds_to_ready=3.9,
+                    tok_s=91.34,
+                    accept_length=2.41,
+                    result='relaunched',
+                )
+            ],
+            'node-b': None,
+        },
+        [
+            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
+            'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41  relaunched',
+            'node-b  -         -             -                    -             -            -                        -  ' + NO_REPORT,
+        ],
+        id='relaunched-and-a-host-without-report',
+    ),
     pytest.param(
-        {'node-a': [dict(name='llama', old=SPEC, new=dict(SPEC, num_steps=5), seconds_down=12.04, seconds_to_ready=None, tok_s=None,
-                         accept_length=None, result='rolled back', message='not ready after 600 s;\n  back on the old parameters'),
-                    dict(name='qwen', old=dict(algorithm=None), new=dict(algorithm='NGRAM'), result='unchanged')]},
-        ['HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
-         'node-a  llama     EAGLE3 3/1/4  EAGLE3 5/1/4      12.0             -            -                        -  rolled back',
-         'node-a  qwen      none          NGRAM                -             -            -                        -  unchanged',
-         'node-a/llama: not ready after 600 s; back on the old parameters'],
-        id='why-rolled-back-follows-on-one-line'),
+        {
+            'node-a': [
+                dict(
+                    name='llama',
+                    old=SPEC,
+                    new=dict(SPEC, num_steps=5),
+                    seconds_down=12.04,
+                    seconds_to_ready=None,
+                    tok_s=None,
+                    accept_length=None,
+                    result='rolled back',
+                    message='not ready after 600 s;\n  back on the old parameters',
+                ),
+                dict(name='qwen', old=dict(algorithm=None), new=dict(algorithm='NGRAM'), result='unchanged'),
+            ]
+        },
+        [
+            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
+            'node-a  llama     EAGLE3 3/1/4  EAGLE3 5/1/4      12.0             -            -                        -  rolled back',
+            'node-a  qwen      none          NGRAM                -             -            -                        -  unchanged',
+            'node-a/llama: not ready after 600 s; back on the old parameters',
+        ],
+        id='why-rolled-back-follows-on-one-line',
+    ),
     pytest.param(
-        {'node-a': [dict(old=None, new=dict(algorithm='EAGLE3', num_steps=3), seconds_down='', tok_s='n/a')], 'node-b': [],
-         'node-c': 'skipped'},
-        ['HOST    INSTANCE  OLD  NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
-         'node-a  ?         -    EAGLE3 3/?/?         -             -          n/a                        -  ?',
-         'node-b  -         -    -                    -             -            -                        -  ' + NO_REPORT,
-         'node-c  -         -    -                    -             -            -                        -  ' + NO_REPORT],
-        id='missing-name-result-and-figures'),
-    pytest.param(
-        {}, ['HOST  INSTANCE  OLD  NEW  DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT'], id='no-host'),
+        {'node-a': [dict(old=None, new=dict(algorithm='EAGLE3', num_steps=3), seconds_down='', tok_s='n/a')], 'node-b': [], 'node-c': 'skipped'},
+        [
+            'HOST    INSTANCE  OLD  NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT',
+            'node-a  ?         -    EAGLE3 3/?/?         -             -          n/a                        -  ?',
+            'node-b  -         -    -                    -             -            -                        -  ' + NO_REPORT,
+            'node-c  -         -    -                    -             -            -                        -  ' + NO_REPORT,
+        ],
+        id='missing-name-result-and-figures',
+    ),
+    pytest.param({}, ['HOST  INSTANCE  OLD  NEW  DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT'], id='no-host'),
 ]
 
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances import merge_speculative
@@ -13,21 +12,23 @@ from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances 
 EAGLE = dict(algorithm='EAGLE3', draft_model_path='/models/draft')
 
 
-@pytest.mark.parametrize('base, override, expected', [
-    # -e steps=3 over an inventory that leaves the draft tokens to SGLang's topk-1 rule
-    (dict(EAGLE, eagle_topk=1), dict(num_steps='3'), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=4)),
-    # a stale count from the inventory follows the new steps
-    (dict(EAGLE, eagle_topk=1, num_steps=2, num_draft_tokens=3), dict(num_steps=5),
-     dict(EAGLE, eagle_topk=1, num_steps=5, num_draft_tokens=6)),
-    # what the user gives is kept, even when the preflight will refuse it
-    (dict(EAGLE, eagle_topk=1), dict(num_steps=3, num_draft_tokens=7), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=7)),
-    # topk > 1: any count is allowed, so nothing is invented
-    (dict(EAGLE, eagle_topk=4), dict(num_steps=3), dict(EAGLE, eagle_topk=4, num_steps=3)),
-    # invalid steps: left for the preflight to refuse by name
-    (dict(EAGLE, eagle_topk=1), dict(num_steps=0), dict(EAGLE, eagle_topk=1, num_steps=0)),
-    # shorthands not given arrive as None or '' and change nothing
-    (dict(EAGLE, eagle_topk=1), dict(num_steps=None, algorithm=''), dict(EAGLE, eagle_topk=1)),
-])
+@pytest.mark.parametrize(
+    'base, override, expected',
+    [
+        # -e steps=3 over an inventory that leaves the draft tokens to SGLang's topk-1 rule
+        (dict(EAGLE, eagle_topk=1), dict(num_steps='3'), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=4)),
+        # a stale count from the inventory follows the new steps
+        (dict(EAGLE, eagle_topk=1, num_steps=2, num_draft_tokens=3), dict(num_steps=5), dict(EAGLE, eagle_topk=1, num_steps=5, num_draft_tokens=6)),
+        # what the user gives is kept, even when the preflight will refuse it
+        (dict(EAGLE, eagle_topk=1), dict(num_steps=3, num_draft_tokens=7), dict(EAGLE, eagle_topk=1, num_steps=3, num_draft_tokens=7)),
+        # topk > 1: any count is allowed, so nothing is invented
+        (dict(EAGLE, eagle_topk=4), dict(num_steps=3), dict(EAGLE, eagle_topk=4, num_steps=3)),
+        # invalid steps: left for the preflight to refuse by name
+        (dict(EAGLE, eagle_topk=1), dict(num_steps=0), dict(EAGLE, eagle_topk=1, num_steps=0)),
+        # shorthands not given arrive as None or '' and change nothing
+        (dict(EAGLE, eagle_topk=1), dict(num_steps=None, algorithm=''), dict(EAGLE, eagle_topk=1)),
+    ],
+)
 def test_speculative_shorthands(base, override, expected):
     assert merge_speculative(base, override) == expected
 

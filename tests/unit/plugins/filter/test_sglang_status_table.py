@@ -10,50 +10,84 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.filter.sglang_status_table import sglang_status_table
 
 SPEC = dict(algorithm='EAGLE3', num_steps=3, eagle_topk=1, num_draft_tokens=4)
-LAUNCHER = ('/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/Llama-3.1-8B-Instruct --host 0.0.0.0 '
-            '--port 30000 --tp-size 2 --speculative-algorithm EAGLE3')
+LAUNCHER = (
+    '/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/Llama-3.1-8B-Instruct --host 0.0.0.0 '
+    '--port 30000 --tp-size 2 --speculative-algorithm EAGLE3'
+)
 GPUS = [dict(index=0, used_mib=1000, total_mib=81559, processes=[dict(pid=12, cmdline=LAUNCHER, used_mib=1000)])]
-HEALTHY = dict(name='llama', exists=True, running=True, healthy=True, pid=9, speculative=SPEC, accept_length=2.6, gen_throughput=27.04,
-               version='0.5.23', config=dict(port=30000, gpus=[0, 1]))
+HEALTHY = dict(
+    name='llama',
+    exists=True,
+    running=True,
+    healthy=True,
+    pid=9,
+    speculative=SPEC,
+    accept_length=2.6,
+    gen_throughput=27.04,
+    version='0.5.23',
+    config=dict(port=30000, gpus=[0, 1]),
+)
 GPU_HEADER = 'HOST    GPU  USED (MiB)  TOTAL (MiB)  HELD BY (pid, command line, MiB)'
-ONE_SERVER = ['',
-              'HOST    INSTANCE   PORT  GPUS  PID  SPECULATIVE   HEALTH   SERVER ACCEPT (tok/step)  SERVER TOK/S  VERSION',
-              'node-a  llama     30000  0,1     9  EAGLE3 3/1/4  healthy                      2.60          27.0  0.5.23']
+ONE_SERVER = [
+    '',
+    'HOST    INSTANCE   PORT  GPUS  PID  SPECULATIVE   HEALTH   SERVER ACCEPT (tok/step)  SERVER TOK/S  VERSION',
+    'node-a  llama     30000  0,1     9  EAGLE3 3/1/4  healthy                      2.60          27.0  0.5.23',
+]
 NO_GPU = 'no GPU information (the host failed or was skipped)'
 
 CASES = [
     pytest.param(
-        {'node-a': dict(gpus=GPUS, instances=[HEALTHY])}, {},
-        [GPU_HEADER, 'node-a    0        1000        81559  pid 12 /opt/sglang/venv/bin/python -m sglang.launch_server --mod... 1000 MiB']
-        + ONE_SERVER,
-        id='healthy-server-and-its-command-line-cut'),
+        {'node-a': dict(gpus=GPUS, instances=[HEALTHY])},
+        {},
+        [GPU_HEADER, 'node-a    0        1000        81559  pid 12 /opt/sglang/venv/bin/python -m sglang.launch_server --mod... 1000 MiB'] + ONE_SERVER,
+        id='healthy-server-and-its-command-line-cut',
+    ),
     pytest.param(
-        {'node-a': dict(gpus=GPUS, instances=[HEALTHY])}, dict(cmdline_width=500),
+        {'node-a': dict(gpus=GPUS, instances=[HEALTHY])},
+        dict(cmdline_width=500),
         [GPU_HEADER, 'node-a    0        1000        81559  pid 12 %s 1000 MiB' % LAUNCHER] + ONE_SERVER,
-        id='cmdline_width-shows-it-whole'),
+        id='cmdline_width-shows-it-whole',
+    ),
     pytest.param(
-        {'node-a': dict(gpus=[dict(index=0, used_mib=70001, total_mib=81559,
-                                   processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70000), dict(pid=11, cmdline=None)]),
-                              dict(index=1, used_mib=0, total_mib=81559, processes=[])],
-                        instances=[dict(HEALTHY, healthy=False, health_status='HTTP 503'), dict(HEALTHY, name='b', healthy=False),
-                                   dict(name='c', exists=True, running=False, config=dict(port=30001, speculative=dict(algorithm='NGRAM'))),
-                                   dict(name='d', exists=False, speculative=dict(algorithm=None))]),
-         'node-b': None, 'node-c': dict(gpus=[], instances=[])},
+        {
+            'node-a': dict(
+                gpus=[
+                    dict(
+                        index=0,
+                        used_mib=70001,
+                        total_mib=81559,
+                        processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70000), dict(pid=11, cmdline=None)],
+                    ),
+                    dict(index=1, used_mib=0, total_mib=81559, processes=[]),
+                ],
+                instances=[
+                    dict(HEALTHY, healthy=False, health_status='HTTP 503'),
+                    dict(HEALTHY, name='b', healthy=False),
+                    dict(name='c', exists=True, running=False, config=dict(port=30001, speculative=dict(algorithm='NGRAM'))),
+                    dict(name='d', exists=False, speculative=dict(algorithm=None)),
+                ],
+            ),
+            'node-b': None,
+            'node-c': dict(gpus=[], instances=[]),
+        },
         dict(cmdline_width='20'),
-        [GPU_HEADER,
-         'node-a    0       70001        81559  pid 10 sglang::scheduler 70000 MiB, pid 11 <not visible> ? MiB',
-         'node-a    1           0        81559  -',
-         'node-b    -           -            -  ' + NO_GPU,
-         'node-c    -           -            -  ' + NO_GPU,
-         '',
-         'HOST    INSTANCE   PORT  GPUS  PID  SPECULATIVE   HEALTH                 SERVER ACCEPT (tok/step)  SERVER TOK/S  VERSION',
-         'node-a  llama     30000  0,1     9  EAGLE3 3/1/4  unhealthy (HTTP 503)                       2.60          27.0  0.5.23',
-         'node-a  b         30000  0,1     9  EAGLE3 3/1/4  unhealthy (no answer)                      2.60          27.0  0.5.23',
-         'node-a  c         30001  -       -  NGRAM         stopped                                       -             -  -',
-         'node-a  d             -  -       -  none          no state                                      -             -  -',
-         'node-b  -             -  -       -  -             no SGLang instance                            -             -  -',
-         'node-c  -             -  -       -  -             no SGLang instance                            -             -  -'],
-        id='every-health-several-holders-and-hosts-without-information'),
+        [
+            GPU_HEADER,
+            'node-a    0       70001        81559  pid 10 sglang::scheduler 70000 MiB, pid 11 <not visible> ? MiB',
+            'node-a    1           0        81559  -',
+            'node-b    -           -            -  ' + NO_GPU,
+            'node-c    -           -            -  ' + NO_GPU,
+            '',
+            'HOST    INSTANCE   PORT  GPUS  PID  SPECULATIVE   HEALTH                 SERVER ACCEPT (tok/step)  SERVER TOK/S  VERSION',
+            'node-a  llama     30000  0,1     9  EAGLE3 3/1/4  unhealthy (HTTP 503)                       2.60          27.0  0.5.23',
+            'node-a  b         30000  0,1     9  EAGLE3 3/1/4  unhealthy (no answer)                      2.60          27.0  0.5.23',
+            'node-a  c         30001  -       -  NGRAM         stopped                                       -             -  -',
+            'node-a  d             -  -       -  none          no state                                      -             -  -',
+            'node-b  -             -  -       -  -             no SGLang instance                            -             -  -',
+            'node-c  -             -  -       -  -             no SGLang instance                            -             -  -',
+        ],
+        id='every-health-several-holders-and-hosts-without-information',
+    ),
 ]
 
 

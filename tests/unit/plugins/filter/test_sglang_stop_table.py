@@ -13,29 +13,42 @@ HEADER = 'HOST    INSTANCE  SIGNAL   STOP (s)  GPUS CLEAN AFTER (s)  SIGKILLED P
 
 CASES = [
     pytest.param(
-        {'node-a': [dict(name='left', result='stopped', stopped=dict(signal='SIGTERM', seconds=1.24, killed=[], gpus_clean_after=0.31)),
-                    dict(name='right', result='stopped',
-                         stopped=dict(signal='SIGKILL', seconds=10.0, killed=[41, 42], gpus_clean_after=1.5))],
-         'node-b': [dict(name='llama', result='unchanged', stopped=None)],
-         'node-c': [dict(name='llama', result='failed', stopped=None, message='GPU 0 still held\nby pid 7')],
-         'node-d': None},
-        [HEADER,
-         'node-a  left      SIGTERM       1.2                   0.3  -               stopped',
-         'node-a  right     SIGKILL      10.0                   1.5  41,42           stopped',
-         'node-b  llama     -               -                     -  -               unchanged',
-         'node-c  llama     -               -                     -  -               failed',
-         'node-d  -         -               -                     -  -               not stopped (no result: failed earlier or skipped)',
-         'node-c/llama: GPU 0 still held by pid 7'],
-        id='how-each-stopped-and-why-one-failed'),
+        {
+            'node-a': [
+                dict(name='left', result='stopped', stopped=dict(signal='SIGTERM', seconds=1.24, killed=[], gpus_clean_after=0.31)),
+                dict(name='right', result='stopped', stopped=dict(signal='SIGKILL', seconds=10.0, killed=[41, 42], gpus_clean_after=1.5)),
+            ],
+            'node-b': [dict(name='llama', result='unchanged', stopped=None)],
+            'node-c': [dict(name='llama', result='failed', stopped=None, message='GPU 0 still held\nby pid 7')],
+            'node-d': None,
+        },
+        [
+            HEADER,
+            'node-a  left      SIGTERM       1.2                   0.3  -               stopped',
+            'node-a  right     SIGKILL      10.0                   1.5  41,42           stopped',
+            'node-b  llama     -               -                     -  -               unchanged',
+            'node-c  llama     -               -                     -  -               failed',
+            'node-d  -         -               -                     -  -               not stopped (no result: failed earlier or skipped)',
+            'node-c/llama: GPU 0 still held by pid 7',
+        ],
+        id='how-each-stopped-and-why-one-failed',
+    ),
     pytest.param(
-        {'node-a': [dict(name='llama', result='stopped', gpus_clean_after=2.0, stopped=dict(signal='SIGTERM', seconds=0.5)),
-                    dict(name='qwen', result='would stop', stopped='check mode')],
-         'node-b': []},
-        [HEADER,
-         'node-a  llama     SIGTERM       0.5                   2.0  -               stopped',
-         'node-a  qwen      -               -                     -  -               would stop',
-         'node-b  -         -               -                     -  -               not stopped (no result: failed earlier or skipped)'],
-        id='the-instance-clean-time-stands-in-and-check-mode'),
+        {
+            'node-a': [
+                dict(name='llama', result='stopped', gpus_clean_after=2.0, stopped=dict(signal='SIGTERM', seconds=0.5)),
+                dict(name='qwen', result='would stop', stopped='check mode'),
+            ],
+            'node-b': [],
+        },
+        [
+            HEADER,
+            'node-a  llama     SIGTERM       0.5                   2.0  -               stopped',
+            'node-a  qwen      -               -                     -  -               would stop',
+            'node-b  -         -               -                     -  -               not stopped (no result: failed earlier or skipped)',
+        ],
+        id='the-instance-clean-time-stands-in-and-check-mode',
+    ),
     pytest.param({}, ['HOST  INSTANCE  SIGNAL  STOP (s)  GPUS CLEAN AFTER (s)  SIGKILLED PIDS  RESULT'], id='no-host'),
 ]
 

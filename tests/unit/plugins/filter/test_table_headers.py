@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.filter.gpu_reset_table import gpu_reset_table
@@ -17,16 +16,38 @@ from ansible_collections.gpufleet.sglang.plugins.filter.sglang_status_table impo
 from ansible_collections.gpufleet.sglang.plugins.filter.sglang_stop_table import sglang_stop_table
 
 SPEC = dict(algorithm='EAGLE3', num_steps=3, eagle_topk=1, num_draft_tokens=4)
-RELAUNCH = {'node-a': [dict(name='llama', old=dict(SPEC, num_steps=2), new=SPEC, seconds_down=4.21, seconds_to_ready=3.9,
-                            tok_s=91.34, accept_length=2.41, result='relaunched')]}
-STATUS = {'node-a': dict(
-    gpus=[dict(index=0, used_mib=70001, total_mib=81559, processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70001)])],
-    instances=[dict(name='llama', exists=True, running=True, healthy=True, pid=9, speculative=SPEC, accept_length=2.6,
-                    gen_throughput=27.04, version='0.5.23', config=dict(port=30000, gpus=[0]))])}
-RESET = {'node-a': dict(before=[dict(index=0, used_mib=70001, processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70001)])],
-                        after=[dict(index=0, used_mib=0, processes=[])],
-                        killed=[dict(pid=10, cmdline='sglang::scheduler', gpus=[0], reason='matched', signal='SIGTERM',
-                                     seconds_to_exit=1.2)], spared=[])}
+RELAUNCH = {
+    'node-a': [
+        dict(name='llama', old=dict(SPEC, num_steps=2), new=SPEC, seconds_down=4.21, seconds_to_ready=3.9, tok_s=91.34, accept_length=2.41, result='relaunched')
+    ]
+}
+STATUS = {
+    'node-a': dict(
+        gpus=[dict(index=0, used_mib=70001, total_mib=81559, processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70001)])],
+        instances=[
+            dict(
+                name='llama',
+                exists=True,
+                running=True,
+                healthy=True,
+                pid=9,
+                speculative=SPEC,
+                accept_length=2.6,
+                gen_throughput=27.04,
+                version='0.5.23',
+                config=dict(port=30000, gpus=[0]),
+            )
+        ],
+    )
+}
+RESET = {
+    'node-a': dict(
+        before=[dict(index=0, used_mib=70001, processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70001)])],
+        after=[dict(index=0, used_mib=0, processes=[])],
+        killed=[dict(pid=10, cmdline='sglang::scheduler', gpus=[0], reason='matched', signal='SIGTERM', seconds_to_exit=1.2)],
+        spared=[],
+    )
+}
 STOP = {'node-a': [dict(name='llama', result='stopped', stopped=dict(signal='SIGTERM', seconds=1.24, killed=[], gpus_clean_after=0.31))]}
 
 
@@ -39,7 +60,7 @@ def tables() -> dict:
     return {
         'relaunch': header(relaunch_table(RELAUNCH)),
         'status GPUs': header(status),
-        'status servers': header(status[status.index('') + 1:]),
+        'status servers': header(status[status.index('') + 1 :]),
         'reset': header(gpu_reset_table(RESET)),
         'stop': header(sglang_stop_table(STOP)),
     }
@@ -93,8 +114,8 @@ def test_shared_names_are_spelled_alike_and_lead_their_tables():
 def test_every_measured_column_carries_its_unit(table):
     lines = {'relaunch': relaunch_table(RELAUNCH), 'reset': gpu_reset_table(RESET), 'stop': sglang_stop_table(STOP)}
     status = sglang_status_table(STATUS)
-    lines['status GPUs'] = status[:status.index('')]
-    lines['status servers'] = status[status.index('') + 1:]
+    lines['status GPUs'] = status[: status.index('')]
+    lines['status servers'] = status[status.index('') + 1 :]
     columns = header(lines[table])
     cells = re.split(r'\s{2,}', lines[table][1].strip())
     for column, cell in zip(columns, cells):

@@ -28,10 +28,12 @@ def fake_pynvml(gpus, v2=True, fail_init=None):
         if version is not None and not v2:
             raise FakeError(13)
         if version is None:
-            return types.SimpleNamespace(total=gpu['total'] * MIB, used=(gpu['used'] + gpu['reserved']) * MIB,
-                                         free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB)
-        return types.SimpleNamespace(total=gpu['total'] * MIB, used=gpu['used'] * MIB, reserved=gpu['reserved'] * MIB,
-                                     free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB)
+            return types.SimpleNamespace(
+                total=gpu['total'] * MIB, used=(gpu['used'] + gpu['reserved']) * MIB, free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB
+            )
+        return types.SimpleNamespace(
+            total=gpu['total'] * MIB, used=gpu['used'] * MIB, reserved=gpu['reserved'] * MIB, free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB
+        )
 
     def init():
         calls.append('init')
@@ -39,14 +41,15 @@ def fake_pynvml(gpus, v2=True, fail_init=None):
             raise FakeError(fail_init)
 
     return types.SimpleNamespace(
-        NVMLError=FakeError, calls=calls,
-        nvmlInit=init, nvmlShutdown=lambda: calls.append('shutdown'),
+        NVMLError=FakeError,
+        calls=calls,
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.append('shutdown'),
         nvmlDeviceGetCount=lambda: len(gpus),
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetUUID=lambda h: gpus[h]['uuid'].encode(),
         nvmlDeviceGetMemoryInfo=memory,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [
-            types.SimpleNamespace(pid=p, usedGpuMemory=m if m is None else m * MIB) for p, m in gpus[h]['procs']],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=m if m is None else m * MIB) for p, m in gpus[h]['procs']],
     )
 
 
@@ -61,27 +64,34 @@ def nvml(monkeypatch):
         monkeypatch.setattr(_nvml, 'pynvml', fake)
         monkeypatch.setattr(_nvml, 'read_process', lambda pid: None)
         return fake
+
     return make
 
 
-@pytest.mark.parametrize('selectors, expected', [
-    (None, [0, 1, 2]),
-    ([], [0, 1, 2]),
-    (['2', '0', '2'], [0, 2]),
-    (['GPU-bbbb'], [1]),
-    (['bbbb'], [1]),
-    (['gpu-CCCC', '0'], [0, 2]),
-])
+@pytest.mark.parametrize(
+    'selectors, expected',
+    [
+        (None, [0, 1, 2]),
+        ([], [0, 1, 2]),
+        (['2', '0', '2'], [0, 2]),
+        (['GPU-bbbb'], [1]),
+        (['bbbb'], [1]),
+        (['gpu-CCCC', '0'], [0, 2]),
+    ],
+)
 def test_select_accepts_indexes_and_uuids(nvml, selectors, expected):
     nvml([gpu('GPU-aaaa'), gpu('GPU-bbbb'), gpu('GPU-cccc')])
     with _nvml.Nvml() as session:
         assert session.select(selectors) == expected
 
 
-@pytest.mark.parametrize('selector, message', [
-    ('3', "gpus: GPU 3 does not exist on host .*, which has 3 GPU\\(s\\) \\(indexes 0-2\\)"),
-    ('GPU-dddd', "gpus: 'GPU-dddd' is neither a GPU index nor the UUID of a GPU on host .* \\(GPUs: 0=GPU-aaaa, 1=GPU-bbbb, 2=GPU-cccc\\)"),
-])
+@pytest.mark.parametrize(
+    'selector, message',
+    [
+        ('3', "gpus: GPU 3 does not exist on host .*, which has 3 GPU\\(s\\) \\(indexes 0-2\\)"),
+        ('GPU-dddd', "gpus: 'GPU-dddd' is neither a GPU index nor the UUID of a GPU on host .* \\(GPUs: 0=GPU-aaaa, 1=GPU-bbbb, 2=GPU-cccc\\)"),
+    ],
+)
 def test_select_names_the_field_and_value(nvml, selector, message):
     nvml([gpu('GPU-aaaa'), gpu('GPU-bbbb'), gpu('GPU-cccc')])
     with _nvml.Nvml() as session:
@@ -89,11 +99,14 @@ def test_select_names_the_field_and_value(nvml, selector, message):
             session.select([selector])
 
 
-@pytest.mark.parametrize('code, text', [
-    (12, 'the NVIDIA driver library \\(libnvidia-ml.so.1\\) was not found on host'),
-    (9, 'the NVIDIA driver is not loaded on host'),
-    (999, 'initialising NVML on host .* failed: NVML error'),
-])
+@pytest.mark.parametrize(
+    'code, text',
+    [
+        (12, 'the NVIDIA driver library \\(libnvidia-ml.so.1\\) was not found on host'),
+        (9, 'the NVIDIA driver is not loaded on host'),
+        (999, 'initialising NVML on host .* failed: NVML error'),
+    ],
+)
 def test_init_errors_are_explained(nvml, code, text):
     nvml([], fail_init=code)
     with pytest.raises(_nvml.NvmlError, match=text) as info:
@@ -138,9 +151,9 @@ def test_wait_clean_needs_no_process_and_low_memory(nvml):
     def sleep(seconds):
         clock.sleep(seconds)
         if len(clock.sleeps) == 2:
-            gpus[0]['procs'] = []       # the process is gone, the driver still holds its memory
+            gpus[0]['procs'] = []  # the process is gone, the driver still holds its memory
         if len(clock.sleeps) == 4:
-            gpus[0]['used'] = 2         # released; under the threshold
+            gpus[0]['used'] = 2  # released; under the threshold
 
     with _nvml.Nvml() as session:
         states, waited, polls = _nvml.wait_clean(session, [0, 1], 64, 10, 0.25, clock=clock, sleep=sleep)

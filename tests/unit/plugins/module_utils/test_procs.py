@@ -27,7 +27,7 @@ def test_read_process_parses_stat_status_and_cmdline():
     assert me.pid == os.getpid() and me.ppid == os.getppid()
     assert me.pgid == os.getpgid(0) and me.sid == os.getsid(0)
     assert me.uid == os.getuid() and me.cmdline
-    assert _procs.read_process(2 ** 22 + 1) is None
+    assert _procs.read_process(2**22 + 1) is None
 
 
 def test_protected_pids_cover_pid1_self_and_ancestors():
@@ -69,14 +69,13 @@ def test_process_table_and_read_cgroup_read_this_process():
     assert table[os.getpid()].key == _procs.read_process(os.getpid()).key
     cgroup = _procs.read_cgroup(os.getpid())
     assert cgroup is not None and cgroup.startswith('/')
-    assert _procs.read_cgroup(2 ** 22 + 1) is None
+    assert _procs.read_cgroup(2**22 + 1) is None
 
 
 # The kill set (_ownership) on synthetic process tables: every rule, one case each. The integration
 # tests (tests/integration/test_gpu_kill_ownership.py) run the same rules on real processes.
 
-SHELL, LAUNCHER, TP0, TP1, DETOK, TRACKER, TRAIN, LAUNCHER_B, TP_B, DETOK_B = (
-    100, 200, 201, 202, 203, 204, 300, 400, 401, 402)
+SHELL, LAUNCHER, TP0, TP1, DETOK, TRACKER, TRAIN, LAUNCHER_B, TP_B, DETOK_B = (100, 200, 201, 202, 203, 204, 300, 400, 401, 402)
 SGLANG = re.compile(r'^sglang::|sglang\.launch_server')
 
 
@@ -86,13 +85,18 @@ def proc(pid, ppid, cmdline, sid=SHELL, pgid=SHELL):
 
 def login_shell_table():
     """One shell started server A (GPUs 0-1), a training job (GPU 2) and server B (GPU 3)."""
-    rows = [proc(SHELL, 1, '-bash', pgid=SHELL),
-            proc(LAUNCHER, SHELL, 'python -m sglang.launch_server --tp 2'),
-            proc(TP0, LAUNCHER, 'sglang::scheduler_TP0'), proc(TP1, LAUNCHER, 'sglang::scheduler_TP1'),
-            proc(DETOK, LAUNCHER, 'sglang::detokenizer'), proc(TRACKER, LAUNCHER, 'python -c from multiprocessing...'),
-            proc(TRAIN, SHELL, 'python train.py'),
-            proc(LAUNCHER_B, SHELL, 'python -m sglang.launch_server --port 30001'),
-            proc(TP_B, LAUNCHER_B, 'sglang::scheduler'), proc(DETOK_B, LAUNCHER_B, 'sglang::detokenizer')]
+    rows = [
+        proc(SHELL, 1, '-bash', pgid=SHELL),
+        proc(LAUNCHER, SHELL, 'python -m sglang.launch_server --tp 2'),
+        proc(TP0, LAUNCHER, 'sglang::scheduler_TP0'),
+        proc(TP1, LAUNCHER, 'sglang::scheduler_TP1'),
+        proc(DETOK, LAUNCHER, 'sglang::detokenizer'),
+        proc(TRACKER, LAUNCHER, 'python -c from multiprocessing...'),
+        proc(TRAIN, SHELL, 'python train.py'),
+        proc(LAUNCHER_B, SHELL, 'python -m sglang.launch_server --port 30001'),
+        proc(TP_B, LAUNCHER_B, 'sglang::scheduler'),
+        proc(DETOK_B, LAUNCHER_B, 'sglang::detokenizer'),
+    ]
     return dict((p.pid, p) for p in rows)
 
 
@@ -182,9 +186,11 @@ UNIT = '/system.slice/sglang-main.service'
 
 def service_table(extra=()):
     """A unit's launcher (a session leader under PID 1) and an escaped matching helper."""
-    rows = [proc(LAUNCHER, 1, 'python -m sglang.launch_server', sid=LAUNCHER, pgid=LAUNCHER),
-            proc(TP0, LAUNCHER, 'sglang::scheduler', sid=LAUNCHER, pgid=LAUNCHER),
-            proc(DETOK, 1, 'sglang::detokenizer', sid=DETOK, pgid=DETOK)] + list(extra)
+    rows = [
+        proc(LAUNCHER, 1, 'python -m sglang.launch_server', sid=LAUNCHER, pgid=LAUNCHER),
+        proc(TP0, LAUNCHER, 'sglang::scheduler', sid=LAUNCHER, pgid=LAUNCHER),
+        proc(DETOK, 1, 'sglang::detokenizer', sid=DETOK, pgid=DETOK),
+    ] + list(extra)
     return dict((p.pid, p) for p in rows)
 
 

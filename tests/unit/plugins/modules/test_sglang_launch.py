@@ -15,21 +15,31 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_lau
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _supervisors as supervisors
 
 
-@pytest.mark.parametrize('arg, word', [
-    ('plain', '"plain"'),
-    ('with space', '"with space"'),
-    ('100%', '"100%%"'),
-    ('$HOME', '"$$HOME"'),
-    ('say "hi"', '"say \\"hi\\""'),
-    ('back\\slash', '"back\\\\slash"'),
-])
+@pytest.mark.parametrize(
+    'arg, word',
+    [
+        ('plain', '"plain"'),
+        ('with space', '"with space"'),
+        ('100%', '"100%%"'),
+        ('$HOME', '"$$HOME"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ('back\\slash', '"back\\\\slash"'),
+    ],
+)
 def test_systemd_quote(arg, word):
     assert launch.systemd_quote(arg) == word
 
 
 def test_unit_keeps_secrets_out_and_bounds_the_stop():
-    text = launch.unit_text('llama', ['/venv/bin/python', '-m', 'sglang.launch_server', '--config', '/s/llama.secret.yaml'],
-                            '/s/llama.env', '/s/llama.log', 'sglang', 90, '/s/llama.secret.yaml')
+    text = launch.unit_text(
+        'llama',
+        ['/venv/bin/python', '-m', 'sglang.launch_server', '--config', '/s/llama.secret.yaml'],
+        '/s/llama.env',
+        '/s/llama.log',
+        'sglang',
+        90,
+        '/s/llama.secret.yaml',
+    )
     assert 'KillMode=control-group' in text and 'TimeoutStopSec=90s' in text and 'User=sglang' in text
     assert 'EnvironmentFile=/s/llama.env' in text and 'Environment=' not in text
 

@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tables
 
-LAUNCHER = ('/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/Llama-3.1-8B-Instruct --host 0.0.0.0 '
-            '--port 30000 --tp-size 2 --speculative-algorithm EAGLE3')
+LAUNCHER = (
+    '/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/Llama-3.1-8B-Instruct --host 0.0.0.0 '
+    '--port 30000 --tp-size 2 --speculative-algorithm EAGLE3'
+)
 
 CUT = [
     # (text, width, expected)
@@ -78,19 +79,25 @@ def figure(inst: dict) -> tuple[str]:
 INSTANCE_TABLE = [
     # (reports, expected lines)
     ({}, ['HOST  INSTANCE  FIGURE  RESULT']),
-    ({'b': [dict(name='x', figure=12.34, result='done')], 'a': None, 'c': []}, [
-        'HOST  INSTANCE  FIGURE  RESULT',
-        'a     -              -  nothing',
-        'b     x           12.3  done',
-        'c     -              -  nothing',
-    ]),
+    (
+        {'b': [dict(name='x', figure=12.34, result='done')], 'a': None, 'c': []},
+        [
+            'HOST  INSTANCE  FIGURE  RESULT',
+            'a     -              -  nothing',
+            'b     x           12.3  done',
+            'c     -              -  nothing',
+        ],
+    ),
     # a name or result the report lacks shows as '?'; why an instance failed follows on one line
-    ({'a': [dict(figure=None, message='GPU 0 still\n  held'), dict(name='y', result='failed', message='')]}, [
-        'HOST  INSTANCE  FIGURE  RESULT',
-        'a     ?              -  ?',
-        'a     y              -  failed',
-        'a/?: GPU 0 still held',
-    ]),
+    (
+        {'a': [dict(figure=None, message='GPU 0 still\n  held'), dict(name='y', result='failed', message='')]},
+        [
+            'HOST  INSTANCE  FIGURE  RESULT',
+            'a     ?              -  ?',
+            'a     y              -  failed',
+            'a/?: GPU 0 still held',
+        ],
+    ),
 ]
 
 
