@@ -14,8 +14,9 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from sglang.simulator.speed import TokenPacer
 from sglang.version import __version__
@@ -49,6 +50,30 @@ FILLER = (
 # Paths SGLang answers without an API key (probes and scraping carry no secrets).
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
+# /v1/loads: LoadSnapshot's flat fields ("core") in SGLang 0.5.23's order, then its sections.
+LOAD_CORE_KEYS = (
+    "timestamp",
+    "dp_rank",
+    "num_running_reqs",
+    "num_waiting_reqs",
+    "num_waiting_uncached_tokens",
+    "num_used_tokens",
+    "num_total_tokens",
+    "num_active_tokens",
+    "num_prealloc_ready_tokens",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "token_usage",
+    "gen_throughput",
+    "cache_hit_rate",
+    "utilization",
+    "total_prefill_uncached_tokens",
+    "total_prefill_busy_us",
+    "decode_moments",
+)
+LOAD_SECTIONS = (("memory", "memory"), ("speculative", "spec"), ("lora", "lora"), ("disaggregation", "disagg"), ("queues", "queues"))
+LOAD_VALID_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+LOAD_PROMETHEUS_PREFIXES = {"speculative": "spec", "disaggregation": "disagg"}
 
 
 class RequestAborted(Exception):
@@ -68,8 +93,14 @@ class ServerState(object):
         self.scheduler_info = {}
         self.memory_usage = {}
         self.inflight = 0
+        self.inflight_rids = []  # SGLang's rid_to_state: every request not yet answered in full
         self.running = 0
         self.queued = 0
+        self.reqs = {}  # rid -> [prompt tokens, generated tokens, running?], for /v1/loads
+        self.decode_moments = [0.0] * 6  # SGLang's decode step moments: steps, sum b, sum us, sum b^2, sum b*us, tokens
+        self.prefill_tokens_total = 0
+        self.prefill_busy_us = 0
+        self.gpu_name = "NVIDIA H200"
         limit = server_args.get("max_running_requests") or settings["max_running_requests"]
         self.max_running = int(limit)
         self.slots = threading.BoundedSemaphore(self.max_running)
@@ -90,21 +121,39 @@ class ServerState(object):
     # -- request accounting ------------------------------------------------------------------
     @contextmanager
     def request(self):
+        """One request from its arrival to its last byte; the drain waits for these. Yields its rid."""
+        rid = uuid.uuid4().hex
         with self.lock:
             self.inflight += 1
+            self.inflight_rids.append(rid)
         try:
-            yield
+            yield rid
         finally:
             with self.lock:
                 self.inflight -= 1
+                self.inflight_rids.remove(rid)
+
+    def remaining(self):
+        with self.lock:
+            return self.inflight, list(self.inflight_rids)
 
     def count(self, metric, streaming, value):
         with self.lock:
             key = (metric, "true" if streaming else "false")
             self.counters[key] = self.counters.get(key, 0) + value
 
-    def record_cycle(self, tokens):
+    def record_cycle(self, tokens, cycle_seconds=None, batch=1):
         with self.lock:
+            if cycle_seconds:
+                # each request decodes in its own thread: one of its cycles is 1/batch of a batch step
+                share, step_us = 1.0 / max(batch, 1), cycle_seconds * 1e6
+                moments = self.decode_moments
+                moments[0] += share
+                moments[1] += 1.0
+                moments[2] += step_us * share
+                moments[3] += float(batch)
+                moments[4] += step_us
+                moments[5] += tokens
             self.window_tokens += tokens
             self.window_cycles += 1
             if self.speed.enabled:
@@ -144,24 +193,37 @@ class ServerState(object):
         return line
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, prompt_tokens, max_new_tokens, emit=None):
+    def generate(self, prompt_tokens, max_new_tokens, emit=None, rid=None):
         """Decode max_new_tokens filler tokens at the modelled pace; emit(text_delta, ids_delta) per cycle.
 
         Returns (text, output_ids, meta) where meta has completion_tokens, spec_verify_ct and the rest.
         """
         began = time.time()
-        rid = uuid.uuid4().hex
+        rid = rid or uuid.uuid4().hex
+        entry = [prompt_tokens, 0, False]
         with self.lock:
             self.queued += 1
-        self.slots.acquire()
+            self.reqs[rid] = entry
+        try:
+            self.slots.acquire()
+        except BaseException:
+            with self.lock:
+                self.queued -= 1
+                self.reqs.pop(rid, None)
+            raise
         with self.lock:
             self.queued -= 1
+            entry[2] = True
             self.running += 1
             if self.running == 1 and self.window_cycles == 0:
                 self.window_start = time.monotonic()  # idle time is not decode time
         text, ids, cycles = [], [], 0
         try:
-            time.sleep(prompt_tokens / float(self.settings["prefill_tok_s"]))
+            prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"])
+            time.sleep(prefill_s)
+            with self.lock:
+                self.prefill_tokens_total += prompt_tokens
+                self.prefill_busy_us += int(prefill_s * 1e6)
             pacer = TokenPacer(self.speed.accept_length(), self.speed.depth + 1)
             cycle_s = self.speed.cycle_seconds()
             deadline = time.monotonic()
@@ -176,12 +238,14 @@ class ServerState(object):
                 ids.extend(new_ids)
                 text.append(new_text)
                 cycles += 1
-                self.record_cycle(produced)
+                entry[1] = len(ids)
+                self.record_cycle(produced, cycle_s, self.running)
                 if emit is not None:
                     emit(new_text, new_ids, len(ids) >= max_new_tokens)
         finally:
             with self.lock:
                 self.running -= 1
+                self.reqs.pop(rid, None)
             self.slots.release()
         meta = {
             "id": rid,
@@ -209,6 +273,98 @@ class ServerState(object):
         return "".join(text), ids, meta
 
     # -- reports -----------------------------------------------------------------------------
+    def load_snapshot(self):
+        """SGLang's LoadSnapshot of the one DP rank (dp_rank 0), sections as nested dicts (None: absent)."""
+        with self.lock:
+            capacity = int(self.scheduler_info.get("max_total_num_tokens") or 0)
+            used = sum(prompt + generated for prompt, generated, running in self.reqs.values() if running)
+            waiting_tokens = sum(prompt for prompt, _generated, running in self.reqs.values() if not running)
+            speculative = None
+            if self.speed.enabled and self.spec_forward_ct > 0:
+                speculative = {
+                    "accept_length": self.spec_accept_tokens / float(self.spec_forward_ct),
+                    "accept_rate": self.last_spec_accept_rate,
+                }
+            snapshot = {
+                "timestamp": time.time(),
+                "dp_rank": 0,
+                "num_running_reqs": self.running,
+                "num_waiting_reqs": self.queued,
+                "num_waiting_uncached_tokens": waiting_tokens,
+                "num_used_tokens": used,
+                "num_total_tokens": used + waiting_tokens,
+                "num_active_tokens": used + waiting_tokens,
+                "num_prealloc_ready_tokens": 0,
+                "max_total_num_tokens": capacity,
+                "max_running_requests": self.max_running,
+                "token_usage": round(used / float(capacity), 4) if capacity else 0.0,
+                "gen_throughput": round(self._current_throughput(), 2),
+                "cache_hit_rate": 0.0,
+                "utilization": 0.0,
+                "total_prefill_uncached_tokens": self.prefill_tokens_total,
+                "total_prefill_busy_us": self.prefill_busy_us,
+                "decode_moments": list(self.decode_moments) if self.decode_moments[0] > 0 else None,
+                "memory": {
+                    "weight_gb": round(float(self.memory_usage.get("weight", 0.0)), 3),
+                    "kv_cache_gb": round(float(self.memory_usage.get("kv_cache", 0.0)), 3),
+                    "graph_gb": 0.0,
+                    "token_capacity": capacity,
+                },
+                "speculative": speculative,
+                "lora": None,
+                "disaggregation": {
+                    "mode": "null",
+                    "prefill_bootstrap_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": 0,
+                    "decode_prealloc_queue_reqs": 0,
+                    "decode_transfer_queue_reqs": 0,
+                    "decode_retracted_queue_reqs": 0,
+                    "kv_transfer_speed_gb_s": 0.0,
+                    "kv_transfer_latency_ms": 0.0,
+                },
+                "queues": {"waiting": self.queued, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
+            }
+        return snapshot
+
+    def loads(self, include=None, dp_rank=None):
+        """The /v1/loads answer (SGLang's v1_loads.get_loads): ValueError for an unknown include section."""
+        snapshots = [] if dp_rank is not None and dp_rank != 0 else [self.load_snapshot()]
+        result = []
+        for snapshot in snapshots:
+            load = {key: snapshot[key] for key in LOAD_CORE_KEYS}
+            if include is not None and "all" not in include:
+                if not include <= LOAD_VALID_SECTIONS:
+                    raise ValueError("Invalid include sections: %r. Valid options: %r" % (set(include - LOAD_VALID_SECTIONS), sorted(LOAD_VALID_SECTIONS)))
+                if include == {"core"}:
+                    result.append(load)
+                    continue
+            for field, name in LOAD_SECTIONS:
+                if snapshot[field] is None or (include is not None and "all" not in include and name not in include):
+                    continue
+                load[field] = snapshot[field]
+            result.append(load)
+        return result
+
+    def loads_prometheus(self, loads):
+        samples = {}
+        for load in loads:
+            load = dict(load)
+            dp_rank = load.pop("dp_rank")
+            for key, value in load.items():
+                if isinstance(value, dict):
+                    prefix = LOAD_PROMETHEUS_PREFIXES.get(key, key)
+                    for sub_key, sub_value in value.items():
+                        if isinstance(sub_value, (int, float)) and not isinstance(sub_value, bool):
+                            samples.setdefault("sglang_%s_%s" % (prefix, sub_key), []).append((dp_rank, sub_value))
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    samples.setdefault("sglang_%s" % key, []).append((dp_rank, value))
+        lines = []
+        for metric, values in samples.items():
+            lines.append("# TYPE %s gauge" % metric)
+            for dp_rank, value in values:
+                lines.append('%s{dp_rank="%s"} %s' % (metric, dp_rank, value))
+        return "\n".join(lines) + "\n"
+
     def internal_state(self):
         with self.lock:
             state = {
@@ -453,6 +609,38 @@ class Handler(BaseHTTPRequestHandler):
         logger.info("Cache flushed successfully!")
         self._send(200, "Cache flushed.\nThe radix cache of the simulated server is empty.\n", "text/plain")
 
+    def loads(self):
+        """GET /v1/loads[?dp_rank=N&include=core,memory,spec,lora,disagg,queues,all&format=json|prometheus]."""
+        query = parse_qs(urlsplit(self.path).query)
+        dp_rank = (query.get("dp_rank") or [None])[-1]
+        if dp_rank is not None:
+            try:
+                dp_rank = int(dp_rank)
+            except ValueError:
+                msg = "Input should be a valid integer, unable to parse string as an integer"
+                detail = [{"type": "int_parsing", "loc": ["query", "dp_rank"], "msg": msg, "input": dp_rank}]
+                self._send(422, {"detail": detail})
+                return
+        include = (query.get("include") or [None])[-1]
+        include = {item.strip() for item in include.split(",")} if include else None
+        try:
+            loads = self.state.loads(include, dp_rank)
+        except ValueError:
+            # SGLang validates the sections only while formatting, outside its 400 handler: a 500
+            self._send(500, "Internal Server Error", "text/plain; charset=utf-8")
+            return
+        if (query.get("format") or [None])[-1] == "prometheus":
+            self._send(200, self.state.loads_prometheus(loads), "text/plain; version=0.0.4; charset=utf-8")
+            return
+        body = {
+            "timestamp": datetime.now(timezone.utc).isoformat(),
+            "version": __version__,
+            "accelerator": self.state.gpu_name,
+            "num_accelerators": int(self.state.args.get("tp_size") or 1) * int(self.state.args.get("pp_size") or 1),
+            "loads": loads,
+        }
+        self._send(200, body)
+
     def metrics(self):
         if not self.state.args.get("enable_metrics"):
             self._send(404, {"detail": "Not Found"})
@@ -461,10 +649,11 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- generation --------------------------------------------------------------------------
     def _refuse_unless_serving(self):
-        if self.state.status == UP:
+        # SGLang 0.5.23 keeps accepting generation requests after SIGTERM: only the probes answer 503,
+        # and the drain waits for whatever arrives meanwhile too.
+        if self.state.status in (UP, DRAINING):
             return False
-        message = "The server is shutting down." if self.state.status == DRAINING else "The server is starting."
-        self._send(503, {"error": {"message": message, "type": "service_unavailable", "code": 503}})
+        self._send(503, {"error": {"message": "The server is starting.", "type": "service_unavailable", "code": 503}})
         return True
 
     def _start_stream(self):
@@ -488,9 +677,9 @@ class Handler(BaseHTTPRequestHandler):
         max_new = int(params.get("max_new_tokens", 128))
         prompt = _count_tokens(body.get("input_ids") if body.get("input_ids") is not None else body.get("text", ""))
         stream = bool(body.get("stream"))
-        with self.state.request():
+        with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid)
                 self._account(prompt, len(ids), False)
                 self._send(200, {"text": text, "output_ids": ids, "meta_info": meta})
                 return
@@ -508,7 +697,7 @@ class Handler(BaseHTTPRequestHandler):
                     }
                 )
 
-            text, ids, meta = self.state.generate(prompt, max_new, emit)
+            text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid)
             self._event({"text": text, "output_ids": ids, "meta_info": meta})
             self._event("[DONE]")
             self._account(prompt, len(ids), True)
@@ -532,11 +721,10 @@ class Handler(BaseHTTPRequestHandler):
         max_new = int(max_new)
         stream = bool(body.get("stream"))
         created = int(time.time())
-        rid = uuid.uuid4().hex
         kind = "chat.completion" if chat else "text_completion"
-        with self.state.request():
+        with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid)
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length", "matched_stop": None}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
@@ -584,7 +772,7 @@ class Handler(BaseHTTPRequestHandler):
                     choice["text"] = delta
                 self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice]})
 
-            _text, ids, _meta = self.state.generate(prompt, max_new, emit)
+            _text, ids, _meta = self.state.generate(prompt, max_new, emit, rid=rid)
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event(
                     {
@@ -618,6 +806,7 @@ ROUTES = {
     "/v1/models": (GET, "models"),
     "/flush_cache": (("GET", "POST"), "flush_cache"),
     "/metrics": (GET, "metrics"),
+    "/v1/loads": (GET, "loads"),
     "/generate": (("POST", "PUT"), "generate"),
     "/v1/completions": (POST, "completions"),
     "/v1/chat/completions": (POST, "chat_completions"),

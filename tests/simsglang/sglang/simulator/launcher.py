@@ -27,7 +27,8 @@ logger = logging.getLogger("sglang.simulator.launcher")
 
 SECRET_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
-CHILD_EXIT_SECONDS = 10.0
+CHILD_EXIT_SECONDS = 15.0  # SGLang's _SCHEDULER_EXIT_TIMEOUT_SECS
+DRAIN_LOG_SECONDS = 5.0  # sigterm_watchdog logs the remaining requests every 5 s
 
 
 def _setup_logging(level):
@@ -145,7 +146,8 @@ class Launcher(object):
         first = not self.stop_requested.is_set()
         self.stop_requested.set()
         if first:
-            logger.warning("%s received. Draining requests and shutting down...", signal.Signals(signum).name)
+            # SGLang's SignalHandler.sigterm_handler, called by asyncio without arguments
+            logger.warning("%s received. signum=None frame=None. Draining requests and shutting down...", signal.Signals(signum).name)
 
     def install_signals(self):
         signal.signal(signal.SIGTERM, signal.SIG_IGN if self.settings["ignore_sigterm"] else self._on_stop_signal)
@@ -216,6 +218,7 @@ class Launcher(object):
                 "max_total_num_tokens": tokens,
                 "max_req_input_len": min(self.settings["context_length"], tokens) - 1,
             }
+            self.state.gpu_name = report.get("gpu_name") or self.state.gpu_name
             self.state.memory_usage = {
                 "weight": round(report["weights_mib"] / 1024.0, 2),
                 "kv_cache": round(report["kv_mib"] / 1024.0, 2),
@@ -250,15 +253,20 @@ class Launcher(object):
             self._check_children()
 
     def drain_and_exit(self):
+        """SGLang's sigterm_watchdog: probes answer 503, new requests are still served, and the launcher
+        waits with no time limit (unless drain_seconds) until no request is left, then stops the children."""
         self.state.status = api.DRAINING
         limit = self.settings["drain_seconds"]
         started = time.monotonic()
         last_note = None
         while True:
-            remaining = self.state.inflight
+            remaining, rids = self.state.remaining()
             now = time.monotonic()
-            if last_note is None or now - last_note >= 1.0 or remaining == 0:
-                logger.info("Gracefully exiting... Remaining number of requests %d.", remaining)
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").strip().lower() in ("1", "true", "yes", "on"):
+                logger.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            if last_note is None or now - last_note >= DRAIN_LOG_SECONDS or remaining == 0:
+                logger.info("Gracefully exiting... Remaining number of requests %d. Remaining requests remaining_rids=%r.", remaining, rids)
                 last_note = now
             if remaining == 0:
                 break
@@ -273,10 +281,10 @@ class Launcher(object):
             except OSError:
                 pass
         deadline = time.monotonic() + float(self.settings["scheduler_exit_seconds"]) + CHILD_EXIT_SECONDS
-        for name, proc, _conn in self.children:
+        for _name, proc, _conn in self.children:
             proc.join(max(deadline - time.monotonic(), 0.1))
             if proc.is_alive():
-                logger.warning("%s (pid %d) still alive after the shutdown request; killing it.", name, proc.pid)
+                logger.warning("Schedulers still alive %ds after ShutdownReq, killing them before they released: [%d]", CHILD_EXIT_SECONDS, proc.pid)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.join(CHILD_EXIT_SECONDS)
         if self.http is not None:

@@ -131,7 +131,9 @@ def run_scheduler(tp_rank, plan, settings, conn, all_conns, launcher_pid):
         logger.info("Memory pool end. avail mem=%.2f GB", _gb(read_host().gpus[gpu].free_mib))
     except SimGpuError as exc:
         _fail(conn, "RuntimeError: %s" % exc)
-    conn.send({"ready": True, "tp_rank": tp_rank, "gpu": gpu, "weights_mib": weights_mib, "kv_mib": kv_mib, "max_total_num_tokens": tokens, "pid": os.getpid()})
+    gpu_name = read_host().config.get("name") or "NVIDIA H200"
+    report = {"ready": True, "tp_rank": tp_rank, "gpu": gpu, "weights_mib": weights_mib, "kv_mib": kv_mib, "max_total_num_tokens": tokens}
+    conn.send(dict(report, pid=os.getpid(), gpu_name=gpu_name))
     _wait_for_shutdown(conn, settings)
 
 
