@@ -1,0 +1,1 @@
+"""SGLang's benchmark clients (simulated host: `serving` only)."""

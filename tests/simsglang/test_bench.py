@@ -1,0 +1,188 @@
+"""`python -m sglang.benchmark.serving` against the simulated server: real HTTP, real concurrency, SGLang's output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sglang.benchmark import serving
+from test_simsglang import HERE, fixture_host_dir, fixture_servers, get_json, launch  # noqa: F401
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+SPECULATIVE = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d", "--speculative-num-steps", "2"]
+SPECULATIVE += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+COLLECTION_KEYS = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "accept_length", "completed")
+
+
+def bench(argv, env=None, cwd=None, module="sglang.benchmark.serving", timeout=120):
+    environment = dict(os.environ, PYTHONPATH=str(HERE))
+    environment.pop("OPENAI_API_KEY", None)
+    environment.pop("API_KEY", None)
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", module, *argv], env=environment, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def random_args(port, output, *extra):
+    argv = ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(port), "--dataset-name", "random", "--random-input-len", "32"]
+    argv += ["--random-output-len", "24", "--random-range-ratio", "0.5", "--num-prompts", "6", "--output-file", str(output), "--disable-tqdm"]
+    return argv + list(extra)
+
+
+def test_legacy_random_draws_what_numpy_draws():
+    # np.random.seed(42); np.random.randint(12, 25, size=6).tolist(), then .exponential(0.5): numpy 2.4's legacy stream
+    rng = serving.LegacyRandom(42)
+    assert rng.randint(12, 25, 6) == [18, 15, 24, 22, 19, 24]
+    assert rng.randint(0, 32000, 3) == [11284, 22118, 6265]
+    assert rng.exponential(0.5) == pytest.approx(0.08479814595730259, rel=1e-12)
+
+
+def test_percentile_and_stats_are_numpys():
+    assert serving._percentile([1, 2, 3, 10], 99) == pytest.approx(9.79)
+    assert serving._percentile([5.0], 50) == 5.0
+    assert serving._std([1.0, 3.0]) == 1.0  # population, as np.std
+    with pytest.raises(IndexError):
+        serving._percentile([], 90)
+
+
+def test_benchmark_measures_the_server_and_writes_sglangs_record(tmp_path, host_dir, servers):
+    key = "sk-bench-secret"
+    server = launch(servers, tmp_path, host_dir, ["--model-path", MODEL, "--api-key", key, *SPECULATIVE], config={"base_tok_s": 200.0})
+    server.wait_ready()
+    out = tmp_path / "bench.jsonl"
+    peak = {"running": 0}
+    stop = threading.Event()
+
+    def watch():  # the server's own view of the concurrency the client applies
+        while not stop.is_set():
+            load = get_json(server.port, "/v1/loads", key=key)["loads"][0]
+            peak["running"] = max(peak["running"], load["num_running_reqs"])
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        done = bench(random_args(server.port, out, "--max-concurrency", "2"), env={"OPENAI_API_KEY": key})
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert peak["running"] == 2
+    for line in (
+        "============ Serving Benchmark Result ============",
+        "Backend:                                 sglang",
+        "Max request concurrency:                 2",
+        "Successful requests:                     6",
+        "Output token throughput (tok/s):",
+        "Accept length:",
+        "Mean TTFT (ms):",
+        "P99 ITL (ms):",
+    ):
+        assert line in done.stdout, line
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert tuple(record) == serving.RESULT_KEYS
+    assert set(COLLECTION_KEYS) <= set(record)
+    # the lengths are the real client's for --seed 42: numpy's legacy draws of [12, 32] and [12, 24]
+    rng = serving.LegacyRandom(42)
+    inputs, outputs = rng.randint(16, 33, 6), rng.randint(12, 25, 6)
+    assert record["completed"] == 6 and record["max_concurrency"] == 2
+    assert record["total_input_tokens"] == sum(inputs) and record["total_output_tokens"] == sum(outputs)
+    assert record["output_throughput"] == pytest.approx(record["total_output_tokens"] / record["duration"])
+    assert record["mean_ttft_ms"] > 0 and record["p99_itl_ms"] >= record["median_itl_ms"] > 0
+    # the accept length is the server's measurement since start, read from /server_info as the real client does
+    info = get_json(server.port, "/server_info", key=key)
+    assert record["accept_length"] == pytest.approx(info["internal_states"][0]["avg_spec_accept_length"])
+    assert 1.0 < record["accept_length"] < 3.0
+    assert record["server_info"]["speculative_num_steps"] == 2
+
+    # a second run appends a line; the OpenAI chat backend without streaming works too
+    again = bench(random_args(server.port, out, "--backend", "sglang-oai-chat", "--disable-stream", "--output-details"), env={"OPENAI_API_KEY": key})
+    assert again.returncode == 0, again.stdout + again.stderr
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    assert second["backend"] == "sglang-oai-chat" and second["completed"] == 6 and second["errors"] == [""] * 6
+    assert tuple(second) == serving.RESULT_KEYS + serving.DETAIL_KEYS
+
+
+def test_wrong_key_fails_the_warmup_like_the_real_client(tmp_path, host_dir, servers):
+    server = launch(servers, tmp_path, host_dir, ["--model-path", MODEL, "--api-key", "right"])
+    server.wait_ready()
+    out = tmp_path / "none.jsonl"
+    done = bench(random_args(server.port, out, "--model", MODEL, "--ready-check-timeout-sec", "0"), env={"OPENAI_API_KEY": "wrong"})
+    assert done.returncode == 1 and "ValueError: Warmup failed" in done.stderr and "Unauthorized" in done.stderr
+    # without a warmup every request fails: numpy's percentile of nothing raises, nothing is written
+    done = bench(random_args(server.port, out, "--model", MODEL, "--ready-check-timeout-sec", "0", "--warmup-requests", "0"), env={"OPENAI_API_KEY": "wrong"})
+    assert done.returncode == 1 and "All requests failed" in done.stderr and "IndexError" in done.stderr
+    assert not out.exists()
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """A server whose every other /generate fails: the client must count what completed."""
+
+    calls = 0
+    lock = threading.Lock()
+
+    def log_message(self, *_args):
+        pass
+
+    def _json(self, status, body):
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self):  # noqa: N802
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "flaky"}]})
+        else:
+            self._json(200, {"internal_states": [{}]})
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        with Flaky.lock:
+            Flaky.calls += 1
+            fail = Flaky.calls % 2 == 0
+        if fail:
+            self._json(500, {"error": "boom"})
+            return
+        tokens = body["sampling_params"]["max_new_tokens"]
+        self._json(200, {"text": " w" * tokens, "meta_info": {"completion_tokens": tokens, "prompt_tokens": 3}})
+
+
+def test_failed_requests_are_counted_not_completed(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = tmp_path / "flaky.jsonl"
+        argv = random_args(server.server_address[1], out, "--disable-stream", "--max-concurrency", "1", "--output-details", "--num-prompts", "6")
+        done = bench(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads(out.read_text())
+    # the warmup is call 1 (succeeds); then calls 2..7 alternate fail, succeed
+    assert record["completed"] == 3 and record["accept_length"] is None
+    assert [bool(error) for error in record["errors"]] == [True, False] * 3
+    assert all("Internal Server Error" in error or "boom" in error for error in record["errors"] if error)
+    assert record["output_lens"][0] == 0 and "Accept length:" not in done.stdout
+
+
+def test_command_line_is_argparse_like_the_real_one(tmp_path):
+    done = bench(["--bogus-flag"])
+    assert done.returncode == 2 and "unrecognized arguments: --bogus-flag" in done.stderr
+    done = bench(["--backend", "nope"])
+    assert done.returncode == 2 and "invalid choice: 'nope'" in done.stderr
+    done = bench(["--profile"])  # a real flag this client does not implement: refused, never silently ignored
+    assert done.returncode == 2
+    done = bench(["--help"], module="sglang.bench_serving")
+    assert done.returncode == 0 and "--max-concurrency" in done.stdout
+    done = bench(["--help"], module="sglang.bench_serving", env={"PYTHONWARNINGS": "error::FutureWarning"})
+    assert done.returncode == 1 and "sglang.bench_serving` is deprecated" in done.stderr
