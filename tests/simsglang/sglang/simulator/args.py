@@ -1,4 +1,7 @@
-"""The ``sglang serve`` argument parser, built from the collection's table of SGLang 0.5.23's flags.
+"""The ``sglang serve`` argument parser, built from the simulator's own table of SGLang 0.5.23's flags.
+
+The table (``_flags_data.py``) is generated from the real wheel by hacking/generate_sglang_flags.py;
+nothing of the collection under test is imported.
 
 Every option string of the real parser is here, with its type, nargs, choices and argparse's
 abbreviation rule, so an unknown or ambiguous flag fails exactly as in SGLang: exit code 2 and
