@@ -17,6 +17,11 @@ description:
     generation the relaunch made (not the server's own figures, which the status table shows as
     C(SERVER TOK/S) and C(SERVER ACCEPT (tok/step))), and the result (relaunched, unchanged, rolled back,
     failed, skipped).
+  - When the relaunch ran behind sglang-router (an instance's row has C(router), which the
+    gpufleet.sglang.sglang_router role adds), two columns come before the result, C(DRAIN (s)), the seconds
+    from the instance's removal from its routers until it had no request left, and C(SERVED (req)), the
+    requests its routers sent it, and it finished well, from the preflight to the end of the roll.
+    Without a router the table is as above.
   - Why an instance was rolled back or failed follows on lines of its own.
   - A host without a report (it failed before its turn, or the rollout stopped) gets a row saying so.
 options:
@@ -51,6 +56,8 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import ins
 # the name (tests/unit/plugins/filter/test_table_headers.py holds them to it).
 HEADER = ('HOST', 'INSTANCE', 'OLD', 'NEW', 'DOWN (s)', 'TO READY (s)', 'SMOKE TOK/S', 'SMOKE ACCEPT (tok/step)', 'RESULT')
 RIGHT = (4, 5, 6, 7)
+# Behind sglang-router: the drain and what the routers sent each server during the roll, before RESULT.
+ROUTER_HEADER = ('DRAIN (s)', 'SERVED (req)')
 # The row of a host that has no report.
 MISSING = 'not relaunched (no report: failed earlier or skipped)'
 
@@ -66,7 +73,21 @@ def _cells(row: dict) -> tuple[str, ...]:
     )
 
 
+def _router_cells(row: dict) -> tuple[str, ...]:
+    router = row.get('router') if isinstance(row.get('router'), dict) else {}
+    return _cells(row) + (number(router.get('drain_seconds'), 1), number(router.get('served'), 0))
+
+
+def _behind_router(reports) -> bool:
+    rows = [row for rows in reports.values() if isinstance(rows, list) for row in rows] if isinstance(reports, dict) else []
+    return any(isinstance(row, dict) and isinstance(row.get('router'), dict) for row in rows)
+
+
 def relaunch_table(reports: dict) -> list[str]:
+    if _behind_router(reports):
+        header = HEADER[:-1] + ROUTER_HEADER + HEADER[-1:]
+        right = RIGHT + (len(HEADER) - 1, len(HEADER))
+        return instance_table(reports, 'relaunch_table', 'sglang_server_report', header, right, MISSING, _router_cells)
     return instance_table(reports, 'relaunch_table', 'sglang_server_report', HEADER, RIGHT, MISSING, _cells)
 
 

@@ -436,11 +436,14 @@ class Membership:
                     served=self._served(survey, worker['key']),
                 )
             )
+        result = self.result = dict(changed=bool(todo), workers=rows, routers=self._report(survey))
         # Only a server that serves is put in front of clients.
         for worker in {w['key']: w for w, _r in todo}.values():
             if not worker_healthy(worker['key'], worker['api_key'], self.timeout):
-                raise RouterError('worker %s does not answer /health with 200: it is not added to any router' % worker['key'])
-        result = self.result = dict(changed=bool(todo), workers=rows, routers=self._report(survey))
+                message = 'worker %s does not answer /health with 200: it is not added to any router' % worker['key']
+                if not self.check_mode:
+                    raise RouterError(message)
+                self.warn(message)
         if self.check_mode or not todo:
             for row in rows:
                 if not row['added']:

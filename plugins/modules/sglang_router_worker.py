@@ -60,6 +60,9 @@ options:
         description: Base URL of the router, C(http://host:port), as the host running this task reaches it.
         type: str
         required: true
+      name:
+        description: A name for the reports (the router's inventory name).
+        type: str
       api_key:
         description: The router's C(--api-key), sent as a bearer token; never logged or returned.
         type: str
@@ -304,6 +307,7 @@ def main() -> None:
                 required=True,
                 options=dict(
                     url=dict(type='str', required=True),
+                    name=dict(type='str'),
                     api_key=dict(type='str', no_log=True),
                     metrics_url=dict(type='str'),
                 ),

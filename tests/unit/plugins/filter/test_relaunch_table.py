@@ -71,6 +71,45 @@ CASES = [
         ],
         id='missing-name-result-and-figures',
     ),
+    pytest.param(
+        {
+            'node-a': [
+                dict(
+                    name='llama',
+                    old=dict(SPEC, num_steps=2),
+                    new=SPEC,
+                    seconds_down=4.21,
+                    seconds_to_ready=3.9,
+                    tok_s=91.34,
+                    accept_length=2.41,
+                    result='relaunched',
+                    router=dict(known=True, drain_seconds=2.345, served=1520, routed=True),
+                ),
+                dict(name='qwen', old=SPEC, new=SPEC, result='unchanged'),
+            ],
+            'node-b': [
+                dict(
+                    name='llama',
+                    old=SPEC,
+                    new=dict(SPEC, num_steps=5),
+                    seconds_down=12.04,
+                    result='failed',
+                    message='not ready after 600 s',
+                    router=dict(known=True, drain_seconds=0.51, served=None),
+                )
+            ],
+            'node-c': None,
+        },
+        [
+            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  DRAIN (s)  SERVED (req)  RESULT',
+            'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41        2.3          1520  relaunched',
+            'node-a  qwen      EAGLE3 3/1/4  EAGLE3 3/1/4         -             -            -                        -          -             -  unchanged',
+            'node-b  llama     EAGLE3 3/1/4  EAGLE3 5/1/4      12.0             -            -                        -        0.5             -  failed',
+            'node-c  -         -             -                    -             -            -                        -          -             -  ' + NO_REPORT,
+            'node-b/llama: not ready after 600 s',
+        ],
+        id='behind-a-router-drain-and-served',
+    ),
     pytest.param({}, ['HOST  INSTANCE  OLD  NEW  DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT'], id='no-host'),
 ]
 

@@ -21,6 +21,8 @@ RELAUNCH = {
         dict(name='llama', old=dict(SPEC, num_steps=2), new=SPEC, seconds_down=4.21, seconds_to_ready=3.9, tok_s=91.34, accept_length=2.41, result='relaunched')
     ]
 }
+# The same relaunch behind sglang-router: the row carries what the router steps measured.
+RELAUNCH_ROUTED = {'node-a': [dict(RELAUNCH['node-a'][0], router=dict(known=True, drain_seconds=2.3, served=1520))]}
 STATUS = {
     'node-a': dict(
         gpus=[dict(index=0, used_mib=70001, total_mib=81559, processes=[dict(pid=10, cmdline='sglang::scheduler', used_mib=70001)])],
@@ -59,6 +61,7 @@ def tables() -> dict:
     status = sglang_status_table(STATUS)
     return {
         'relaunch': header(relaunch_table(RELAUNCH)),
+        'relaunch routed': header(relaunch_table(RELAUNCH_ROUTED)),
         'status GPUs': header(status),
         'status servers': header(status[status.index('') + 1 :]),
         'reset': header(gpu_reset_table(RESET)),
@@ -76,15 +79,17 @@ SHARED = {
 }
 # Names for one figure each; a table that shows the figure uses the name, no other table uses it.
 FIGURES = {
-    'SMOKE TOK/S': ['relaunch'],
-    'SMOKE ACCEPT (tok/step)': ['relaunch'],
+    'SMOKE TOK/S': ['relaunch', 'relaunch routed'],
+    'SMOKE ACCEPT (tok/step)': ['relaunch', 'relaunch routed'],
+    'DRAIN (s)': ['relaunch routed'],
+    'SERVED (req)': ['relaunch routed'],
     'SERVER TOK/S': ['status servers'],
     'SERVER ACCEPT (tok/step)': ['status servers'],
     'USED (MiB)': ['status GPUs'],
     'USED BEFORE (MiB)': ['reset'],
     'USED AFTER (MiB)': ['reset'],
 }
-UNITS = ('(s)', '(MiB)', 'TOK/S', '(tok/step)')
+UNITS = ('(s)', '(MiB)', 'TOK/S', '(tok/step)', '(req)')
 # Columns that hold numbers but are identifiers, not measurements.
 IDENTIFIERS = {'GPU', 'PORT', 'PID', 'GPUS', 'SIGKILLED PIDS'}
 
@@ -110,9 +115,9 @@ def test_shared_names_are_spelled_alike_and_lead_their_tables():
             assert column in SHARED or column.upper() not in ('NODE', 'INSTANCES', 'HOSTNAME', 'STATUS'), (table, column)
 
 
-@pytest.mark.parametrize('table', ['relaunch', 'status GPUs', 'status servers', 'reset', 'stop'])
+@pytest.mark.parametrize('table', ['relaunch', 'relaunch routed', 'status GPUs', 'status servers', 'reset', 'stop'])
 def test_every_measured_column_carries_its_unit(table):
-    lines = {'relaunch': relaunch_table(RELAUNCH), 'reset': gpu_reset_table(RESET), 'stop': sglang_stop_table(STOP)}
+    lines = {'relaunch': relaunch_table(RELAUNCH), 'relaunch routed': relaunch_table(RELAUNCH_ROUTED), 'reset': gpu_reset_table(RESET), 'stop': sglang_stop_table(STOP)}
     status = sglang_status_table(STATUS)
     lines['status GPUs'] = status[: status.index('')]
     lines['status servers'] = status[status.index('') + 1 :]
