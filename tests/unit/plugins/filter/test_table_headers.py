@@ -117,7 +117,8 @@ def test_shared_names_are_spelled_alike_and_lead_their_tables():
 
 @pytest.mark.parametrize('table', ['relaunch', 'relaunch routed', 'status GPUs', 'status servers', 'reset', 'stop'])
 def test_every_measured_column_carries_its_unit(table):
-    lines = {'relaunch': relaunch_table(RELAUNCH), 'relaunch routed': relaunch_table(RELAUNCH_ROUTED), 'reset': gpu_reset_table(RESET), 'stop': sglang_stop_table(STOP)}
+    lines = {'relaunch': relaunch_table(RELAUNCH), 'reset': gpu_reset_table(RESET), 'stop': sglang_stop_table(STOP)}
+    lines['relaunch routed'] = relaunch_table(RELAUNCH_ROUTED)
     status = sglang_status_table(STATUS)
     lines['status GPUs'] = status[: status.index('')]
     lines['status servers'] = status[status.index('') + 1 :]
