@@ -74,7 +74,9 @@ def _cells(row: dict) -> tuple[str, ...]:
 
 
 def _router_cells(row: dict) -> tuple[str, ...]:
-    router = row.get('router') if isinstance(row.get('router'), dict) else {}
+    router = row.get('router')
+    if not isinstance(router, dict):
+        router = {}
     return _cells(row) + (number(router.get('drain_seconds'), 1), number(router.get('served'), 0))
 
 
