@@ -12,8 +12,7 @@ import signal
 import threading
 import time
 
-from simgpu.host import read_host
-from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, sse_events, wait_for  # noqa: F401
+from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host, sse_events, wait_for  # noqa: F401
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -83,10 +83,13 @@ class RequestAborted(Exception):
 class ServerState(object):
     """Everything the endpoints report, guarded by one lock."""
 
-    def __init__(self, server_args, settings, speed_model):
+    def __init__(self, server_args, settings, speed_model, noise=None, host_factor=1.0):
         self.args = server_args
         self.settings = settings
         self.speed = speed_model
+        self.noise = noise  # a speed.RunNoise: a new factor each time the server goes from idle to busy
+        self.host_factor = float(host_factor)
+        self.run_factor = 1.0
         self.status = STARTING
         self.lock = threading.Lock()
         self.startup_time = time.time()
@@ -215,8 +218,11 @@ class ServerState(object):
             self.queued -= 1
             entry[2] = True
             self.running += 1
-            if self.running == 1 and self.window_cycles == 0:
-                self.window_start = time.monotonic()  # idle time is not decode time
+            if self.running == 1:
+                if self.noise is not None:
+                    self.run_factor = self.noise.next_factor()  # a new run: run-to-run variation
+                if self.window_cycles == 0:
+                    self.window_start = time.monotonic()  # idle time is not decode time
         text, ids, cycles = [], [], 0
         try:
             prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"])
@@ -225,9 +231,11 @@ class ServerState(object):
                 self.prefill_tokens_total += prompt_tokens
                 self.prefill_busy_us += int(prefill_s * 1e6)
             pacer = TokenPacer(self.speed.accept_length(), self.speed.depth + 1)
-            cycle_s = self.speed.cycle_seconds()
             deadline = time.monotonic()
             while len(ids) < max_new_tokens:
+                # each cycle at the pace of the batch decoding now (every running request is in it)
+                batch = max(self.running, 1)
+                cycle_s = self.speed.cycle_seconds(batch, self.host_factor * self.run_factor)
                 deadline += cycle_s
                 pause = deadline - time.monotonic()
                 if pause > 0:
@@ -239,7 +247,7 @@ class ServerState(object):
                 text.append(new_text)
                 cycles += 1
                 entry[1] = len(ids)
-                self.record_cycle(produced, cycle_s, self.running)
+                self.record_cycle(produced, cycle_s, batch)
                 if emit is not None:
                     emit(new_text, new_ids, len(ids) >= max_new_tokens)
         finally:

@@ -33,6 +33,7 @@ DEFAULTS = {
     "max_running_requests": 4096,  # what the scheduler admits when --max-running-requests is not given
 }
 DEFAULTS.update(speed.DEFAULTS)
+DEFAULTS.update(speed.NOISE_DEFAULTS)
 
 
 class ConfigError(ValueError):
@@ -50,7 +51,26 @@ def config_path():
 
 
 def load(model_path):
-    """The settings for model_path: defaults, then the file's top level, then its ``models`` entry."""
+    """The settings for model_path: defaults, then the file's top level, then its ``models`` entry, then
+    the SIMSGLANG_NOISE / SIMSGLANG_HOST_FACTOR / SIMSGLANG_HOST_SPREAD / SIMSGLANG_SEED variables."""
+    settings = _from_file(model_path)
+    for variable, key in speed.NOISE_ENVIRONMENT.items():
+        value = os.environ.get(variable)
+        if value is None or not value.strip():
+            continue
+        try:
+            settings[key] = int(value) if key == "seed" else float(value)
+        except ValueError as exc:
+            raise ConfigError("%s=%r: not a number" % (variable, value)) from exc
+    for key in ("noise", "host_factor_spread"):
+        if float(settings[key] or 0.0) < 0:
+            raise ConfigError("%s must not be negative (got %r)" % (key, settings[key]))
+    if settings["host_factor"] is not None and float(settings["host_factor"]) <= 0:
+        raise ConfigError("host_factor must be positive (got %r)" % (settings["host_factor"],))
+    return settings
+
+
+def _from_file(model_path):
     settings = dict(DEFAULTS)
     path = config_path()
     if path is None:

@@ -8,12 +8,14 @@ included; 0 after a SIGTERM once every request has drained and the children have
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import multiprocessing
 import multiprocessing.connection
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -21,7 +23,7 @@ import time
 from sglang.simulator import api, config, workers
 from sglang.simulator import args as cli_args
 from sglang.simulator.rules import speculative
-from sglang.simulator.speed import SpeedModel
+from sglang.simulator.speed import RunNoise, SpeedModel, host_factor
 
 logger = logging.getLogger("sglang.simulator.launcher")
 
@@ -121,6 +123,41 @@ def resolve_speculative(server_args, settings):
     return result
 
 
+def host_identity():
+    """What makes this host this host for its speed factor: the first simulated GPU's UUID, else the host name."""
+    try:
+        from simgpu.host import read_host  # pylint: disable=import-outside-toplevel
+
+        gpus = read_host().gpus
+        if gpus:
+            return gpus[0].uuid
+    except (OSError, ValueError, ImportError):
+        pass
+    return socket.gethostname()
+
+
+def launch_index():
+    """How many servers this simulated host has started before this one (<SIMGPU_STATE_DIR>/simsglang-launches),
+    so that with one seed each launch draws its own run-to-run noise, reproducibly; 0 without a state dir."""
+    state_dir = os.environ.get("SIMGPU_STATE_DIR")
+    if not state_dir or not os.path.isdir(state_dir):
+        return 0
+    try:
+        fd = os.open(os.path.join(state_dir, "simsglang-launches"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 64).decode("ascii", "replace").strip()
+        index = int(raw) if raw.isdigit() else 0
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(index + 1).encode("ascii"))
+        return index
+    finally:
+        os.close(fd)
+
+
 class Launcher(object):
     """The launcher's life: start children, wait for them, serve, stop."""
 
@@ -139,7 +176,9 @@ class Launcher(object):
             server_args.get("speculative_eagle_topk"),
             server_args.get("speculative_num_draft_tokens"),
         )
-        self.state = api.ServerState(server_args, settings, speed)
+        identity = host_identity()
+        self.state = api.ServerState(server_args, settings, speed, RunNoise(settings, identity, launch_index()), host_factor(settings, identity))
+        logger.debug("simsglang speed factors: host %.4f (identity %s), run-to-run noise %s", self.state.host_factor, identity, settings["noise"])
 
     # -- signals -----------------------------------------------------------------------------
     def _on_stop_signal(self, signum, _frame):

@@ -20,7 +20,9 @@ with the square root of the steps by default.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 
 # Defaults; each can be overridden per model in the simulator's configuration.
 DEFAULTS = {
@@ -32,6 +34,21 @@ DEFAULTS = {
     "cycle_overhead": 0.05,  # o: fixed per-cycle cost of speculation, in target forwards
     "topk_cost": 0.1,  # t: each extra candidate per draft step costs this fraction of a step
     "verify_token_cost": 0.01,  # v: each verified tree node beyond the chain costs this
+    "batch_token_cost": 0.006,  # a: each further token in a batched forward costs this fraction of a forward
+}
+# Run-to-run and host-to-host variation (README.md, "Noise"); also keys of the simulator's configuration.
+NOISE_DEFAULTS = {
+    "noise": 0.03,  # run-to-run: each busy period decodes at base speed * N(1, noise)
+    "host_factor": None,  # a number fixes this host's factor; null derives it from the host's identity
+    "host_factor_spread": 0.05,  # host-to-host: a derived factor is N(1, spread), stable for one host
+    "seed": 0,  # mixed into both draws; the same seed and host give the same sequence
+}
+# Environment variables that override the configuration (a test sets them on the launcher).
+NOISE_ENVIRONMENT = {
+    "SIMSGLANG_NOISE": "noise",
+    "SIMSGLANG_HOST_FACTOR": "host_factor",
+    "SIMSGLANG_HOST_SPREAD": "host_factor_spread",
+    "SIMSGLANG_SEED": "seed",
 }
 
 BLOCK_DRAFTERS = ("DFLASH", "DSPARK")
@@ -79,21 +96,33 @@ class SpeedModel(object):
             expected += reach
         return expected
 
-    def cycle_cost(self):
-        """T: cost of one cycle, in target forwards."""
-        if not self.enabled:
-            return 1.0
+    def cycle_cost(self, batch=1):
+        """T: cost of one cycle, in forwards of one request without speculation, with batch requests decoding.
+
+        A batched forward costs 1 + a * (tokens - 1) for the whole batch (weights are read once; each
+        further token adds a little compute): without speculation a step runs batch tokens; with it the
+        verify forward runs batch * n tokens and each draft step batch * topk, so speculation's extra
+        tokens get dearer as the batch grows and its gain turns into a loss at high concurrency.
+        """
+        extra_batch = max(int(batch), 1) - 1
         prm = self.params
+        per_token = prm["batch_token_cost"]
+        if not self.enabled:
+            return 1.0 + per_token * extra_batch
         draft = prm["draft_step_cost"] * self.num_steps ** prm["draft_cost_exponent"]
         draft *= 1.0 + prm["topk_cost"] * (self.topk - 1)
+        draft *= 1.0 + per_token * self.topk * extra_batch
+        verify = 1.0 + per_token * self.num_draft_tokens * extra_batch
         extra_nodes = max(self.num_draft_tokens - 1 - self.depth, 0)
-        return 1.0 + draft + prm["verify_token_cost"] * extra_nodes + prm["cycle_overhead"]
+        return verify + draft + prm["verify_token_cost"] * extra_nodes + prm["cycle_overhead"]
 
-    def cycle_seconds(self):
-        return self.cycle_cost() / self.params["base_tok_s"]
+    def cycle_seconds(self, batch=1, factor=1.0):
+        """Seconds per cycle of each request when batch requests decode together (factor: noise, host)."""
+        return self.cycle_cost(batch) / (self.params["base_tok_s"] * factor)
 
-    def tokens_per_second(self):
-        return self.accept_length() / self.cycle_seconds()
+    def tokens_per_second(self, batch=1, factor=1.0):
+        """Tokens/s of one request among batch; the server's output is batch times this."""
+        return self.accept_length() / self.cycle_seconds(batch, factor)
 
 
 def chain_throughput(num_steps, params=None):
@@ -101,6 +130,96 @@ def chain_throughput(num_steps, params=None):
     if num_steps == 0:
         return SpeedModel(params).tokens_per_second()
     return SpeedModel(params, "EAGLE", num_steps, 1, num_steps + 1).tokens_per_second()
+
+
+def _first(config, *names):
+    for name in names:
+        if config.get(name) is not None:
+            return config[name]
+    return None
+
+
+def model_for(config, params=None):
+    """The SpeedModel of a configuration dict: server-argument names (speculative_num_steps...) or short
+    ones (algorithm, num_steps / steps, eagle_topk / topk, num_draft_tokens), plus any speed keys.
+
+    No algorithm and no steps (or 0 steps) means no speculation; steps without an algorithm mean EAGLE.
+    topk 1 sets draft tokens to steps + 1, as SGLang does.
+    """
+    merged = {key: value for key, value in config.items() if key in DEFAULTS}
+    merged.update(params or {})
+    algorithm = _first(config, "speculative_algorithm", "algorithm")
+    steps = _first(config, "speculative_num_steps", "num_steps", "steps")
+    topk = _first(config, "speculative_eagle_topk", "eagle_topk", "topk")
+    draft_tokens = _first(config, "speculative_num_draft_tokens", "num_draft_tokens", "draft_tokens")
+    if algorithm is not None and str(algorithm).upper() in ("NONE", ""):
+        algorithm = None
+    if algorithm is None and steps:
+        algorithm = "EAGLE"
+    if algorithm is None or (steps is not None and int(steps) == 0 and str(algorithm).upper() not in BLOCK_DRAFTERS):
+        return SpeedModel(merged)
+    algorithm = str(algorithm).upper()
+    algorithm = "EAGLE" if algorithm == "NEXTN" else algorithm
+    if algorithm not in BLOCK_DRAFTERS and (topk or 1) == 1 and steps:
+        draft_tokens = int(steps) + 1
+    return SpeedModel(merged, algorithm, steps and int(steps), topk and int(topk), draft_tokens and int(draft_tokens))
+
+
+def expected_throughput(config, concurrency=1, params=None):
+    """Noise-free output tokens/s of the whole server with `concurrency` requests decoding all the time.
+
+    config: a configuration dict as model_for takes it; max_running_requests in it caps the batch
+    (the rest wait). params: speed keys overriding config's. Prefill time is not counted. This is
+    what a long benchmark at --max-concurrency concurrency tends to on a host whose factor is 1.
+    """
+    concurrency = max(int(concurrency), 1)
+    cap = config.get("max_running_requests")
+    batch = min(concurrency, int(cap)) if cap else concurrency
+    return batch * model_for(config, params).tokens_per_second(batch)
+
+
+def per_request_throughput(config, concurrency=1, params=None):
+    """Noise-free tokens/s each request sees (a benchmark's 1000 / mean ITL), batch = concurrency."""
+    cap = config.get("max_running_requests")
+    batch = min(max(int(concurrency), 1), int(cap)) if cap else max(int(concurrency), 1)
+    return model_for(config, params).tokens_per_second(batch)
+
+
+def best_point(grid, concurrency=1, params=None):
+    """The entry of grid (configuration dicts) with the highest expected_throughput at concurrency."""
+    return max(grid, key=lambda config: expected_throughput(config, concurrency, params))
+
+
+def _unit_normal(seed_text):
+    """A standard normal draw, clipped to +-3, from a text seed (stable across Python versions)."""
+    digest = hashlib.sha256(seed_text.encode("utf-8")).hexdigest()
+    return max(-3.0, min(3.0, random.Random(int(digest, 16)).gauss(0.0, 1.0)))
+
+
+def host_factor(settings, identity):
+    """This host's speed factor: settings' host_factor when set, else 1 + spread * N(0, 1) seeded by the
+    seed and the host's identity (the first GPU's UUID on a simulated host), so it is stable for a host and
+    differs between hosts."""
+    if settings.get("host_factor") is not None:
+        return float(settings["host_factor"])
+    spread = float(settings.get("host_factor_spread") or 0.0)
+    return max(0.5, 1.0 + spread * _unit_normal("host:%s:%s" % (settings.get("seed", 0), identity)))
+
+
+class RunNoise(object):
+    """Run-to-run variation: each busy period (the server going from idle to decoding, as a benchmark run
+    does) gets a factor 1 + noise * N(0, 1), from a sequence seeded by the seed, the host and the launch."""
+
+    def __init__(self, settings, identity, launch):
+        self.noise = float(settings.get("noise") or 0.0)
+        self.prefix = "run:%s:%s:%s" % (settings.get("seed", 0), identity, launch)
+        self.index = 0
+
+    def next_factor(self):
+        self.index += 1
+        if not self.noise:
+            return 1.0
+        return max(0.5, 1.0 + self.noise * _unit_normal("%s:%d" % (self.prefix, self.index)))
 
 
 class TokenPacer(object):
