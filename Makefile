@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx bench bench-relaunch lock clean
+.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx ee bench bench-relaunch lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -17,12 +17,15 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units lint integration reliability contract containers molecule awx
+test: sanity units lint integration reliability contract containers molecule awx ee
 	@echo "all test tiers passed"
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
 # come from their version_added, never from a fragment).
 sanity: collection
+	ruff check .
+	ruff format --check .
+	tests/tools/typecheck.sh
 	cd .build/ansible_collections/gpufleet/sglang && ansible-test sanity --venv --python 3.11 --color no
 	antsibull-changelog lint
 	antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
@@ -51,6 +54,12 @@ contract: bootstrap
 awx: bootstrap
 	tests/awx/install-awx-collection.sh
 	python -m pytest -p no:cacheprovider -n 2 tests/awx
+
+# The execution environment built from awx/execution-environment.yml with ansible-builder and podman on the
+# container tier's base image (needs root), then job templates run in it over SSH (docs/awx.md).
+ee: bootstrap
+	tests/awx/build-ee.sh
+	python -m pytest -p no:cacheprovider tests/awx/ee_jobs.py
 
 # Podman containers running systemd, built locally once per machine (needs root).
 containers: bootstrap

@@ -48,7 +48,7 @@ _value:
   elements: str
 '''
 
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import CMDLINE_WIDTH, align, cut, placeholder_row, process_text, require_mapping
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import CMDLINE_WIDTH, Row, align, cut, placeholder_row, process_text, require_mapping
 
 HEADER = ('HOST', 'GPU', 'USED BEFORE (MiB)', 'USED AFTER (MiB)', 'HELD BY (before the reset)')
 
@@ -68,7 +68,7 @@ def _fate(proc: dict, killed: dict, spared: dict) -> str:
 def gpu_reset_table(reports: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
     require_mapping(reports, 'gpu_reset_table', 'gpu_reset_report')
     width = int(cmdline_width)
-    rows = [HEADER]
+    rows: list[Row] = [HEADER]
     extra = []
     for host in sorted(reports):
         report = reports[host]

@@ -140,7 +140,8 @@ def sglang_server_instances(defaults: dict, instances: list, override: dict | No
     if not isinstance(instances, list) or not all(isinstance(i, dict) for i in instances):
         raise AnsibleFilterError('sglang_server_instances: a list of mappings is expected, got %r' % (instances,))
     resolved = []
-    seen_names, seen_ports = {}, {}
+    seen_names: dict[str, int] = {}
+    seen_ports: dict[object, str] = {}  # the port as the inventory gives it (int or text)
     for index, instance in enumerate(instances or [{}]):
         unknown = sorted(set(instance) - set(LAUNCH_KEYS) - set(ROLE_KEYS))
         if unknown:

@@ -49,6 +49,7 @@ _value:
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
     CMDLINE_WIDTH,
+    Row,
     align,
     number,
     placeholder_row,
@@ -91,8 +92,8 @@ def _server_row(host: str, inst: dict) -> tuple[str, ...]:
 def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
     require_mapping(status, 'sglang_status_table', '{gpus, instances}')
     width = int(cmdline_width)
-    gpu_rows = [GPU_HEADER]
-    server_rows = [SERVER_HEADER]
+    gpu_rows: list[Row] = [GPU_HEADER]
+    server_rows: list[Row] = [SERVER_HEADER]
     for host in sorted(status):
         entry = status[host] if isinstance(status[host], dict) else {}
         for gpu in entry.get('gpus') or []:

@@ -58,7 +58,9 @@ MISSING = 'not stopped (no result: failed earlier or skipped)'
 
 
 def _cells(inst: dict) -> tuple[str, ...]:
-    stopped = inst.get('stopped') if isinstance(inst.get('stopped'), dict) else {}
+    stopped = inst.get('stopped')
+    if not isinstance(stopped, dict):
+        stopped = {}
     clean = stopped.get('gpus_clean_after', inst.get('gpus_clean_after'))
     killed = ','.join(str(pid) for pid in stopped.get('killed') or []) or '-'
     return (str(stopped.get('signal') or '-'), number(stopped.get('seconds'), 1), number(clean, 1), killed)

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
     MASK,
@@ -108,6 +109,13 @@ class Instance:
     def probe_url(state: dict) -> str | None:
         return state.get('probe_url') or state.get('url')
 
+    def _recorded_url(self, state: dict, path: str) -> str:
+        """``path`` on the server that ``state`` records; callers check probe_url first."""
+        probe = self.probe_url(state)
+        if not probe:
+            raise ValueError('the state of instance %s records no URL' % self.name)
+        return probe + path
+
     def health(self, state: dict, timeout: float = 5.0) -> int | None:
         """The status of GET /health (it needs no key), None when nothing answered."""
         probe = self.probe_url(state)
@@ -117,7 +125,7 @@ class Instance:
 
     def server_info(self, state: dict, api_key: str | None, timeout: float = 10.0) -> tuple[int | None, dict | None, str]:
         """(status, parsed /server_info or None, body)."""
-        status, body = http_request(self.probe_url(state) + '/server_info', api_key, timeout)
+        status, body = http_request(self._recorded_url(state, '/server_info'), api_key, timeout)
         info = None
         if status == 200:
             try:
@@ -132,9 +140,9 @@ class Instance:
         """One greedy generation of ``max_tokens`` tokens: its tokens per second and accept length."""
         payload = dict(text=prompt, sampling_params=dict(max_new_tokens=max_tokens, temperature=0, ignore_eos=True))
         start = time.monotonic()
-        status, body = http_request(self.probe_url(state) + '/generate', api_key, timeout, payload=payload)
+        status, body = http_request(self._recorded_url(state, '/generate'), api_key, timeout, payload=payload)
         wall = time.monotonic() - start
-        result = dict(ok=False, completion_tokens=0, seconds=round(wall, 3), tok_s=None, accept_length=None, error=None)
+        result: dict[str, Any] = dict(ok=False, completion_tokens=0, seconds=round(wall, 3), tok_s=None, accept_length=None, error=None)
         if status != 200:
             result['error'] = 'POST /generate answered %s: %s' % (status, body[:200])
             return result

@@ -17,9 +17,20 @@ from __future__ import annotations
 import platform
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Snapshots(Protocol):
+        """What wait_clean reads: an Nvml session, or sglang_launch's lock around one."""
+
+        def snapshot(self, index: int, with_details: bool = True) -> dict: ...
+
+
+PYNVML_IMPORT_ERROR: str | None
 try:
     import pynvml
 except ImportError:
@@ -140,8 +151,8 @@ class Nvml:
         mem = self._call(what, pynvml.nvmlDeviceGetMemoryInfo, handle)
         return dict(total_mib=mem.total // MIB, reserved_mib=None, used_mib=mem.used // MIB, free_mib=mem.free // MIB)
 
-    def compute_processes(self, index: int) -> list[dict[str, int | None]]:
-        """PIDs holding compute contexts on one GPU, with their memory in MiB (None when hidden)."""
+    def compute_processes(self, index: int) -> list[dict]:
+        """PIDs holding compute contexts on one GPU (``pid``), with their memory in MiB (``used_mib``, None when hidden)."""
         procs = self._call('listing processes on GPU %d' % index, pynvml.nvmlDeviceGetComputeRunningProcesses, self._handle(index))
         merged: dict[int, int | None] = {}
         for proc in procs:
@@ -231,7 +242,7 @@ class WaitTimeout(Exception):
 
 
 def wait_clean(
-    nvml: Nvml, indexes: list[int], max_used_mib: int, timeout: float, poll_interval: float, clock=time.monotonic, sleep=time.sleep
+    nvml: Snapshots, indexes: list[int], max_used_mib: int, timeout: float, poll_interval: float, clock=time.monotonic, sleep=time.sleep
 ) -> tuple[list[dict], float, int]:
     """Poll until every GPU in ``indexes`` is clean; return (states, seconds waited, polls).
 

@@ -219,7 +219,8 @@ class Ownership:
         roots: dict = {}
         for info in seeds:
             roots.setdefault(self.root_of(info).pid, []).append(info)
-        groups, cgroups = {}, {}
+        groups: dict[tuple[int, int], int] = {}
+        cgroups: dict[str, int] = {}
         for root_pid, members in roots.items():
             root = self.table[root_pid]
             tree = self.subtree(root_pid)

@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
@@ -625,7 +626,7 @@ class Relaunch:
             if running or supervisor.leftovers(state):
                 return 'stop'
             return 'nothing'
-        if not running:
+        if not running or not state:  # running implies a state; the second test tells mypy so
             return 'start'
         if self.state == 'restarted' or state.get('relaunch'):
             # An interrupted run may have started this server without verifying it: do it again, whole.
@@ -755,7 +756,9 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
 
 
 def public(spec: InstanceSpec, state: dict | None) -> dict:
-    out = dict(url=base_url(spec.params['host'], spec.params['port']), argv=spec.masked_argv, speculative=dict(spec.speculative), config=spec.desired)
+    out: dict[str, Any] = dict(
+        url=base_url(spec.params['host'], spec.params['port']), argv=spec.masked_argv, speculative=dict(spec.speculative), config=spec.desired
+    )
     if state:
         out.update(pid=state.get('pid'), unit=state.get('unit'))
     return out
@@ -827,10 +830,13 @@ class InstanceRun:
         if relaunch.state == 'stopped':
             return self.stop_only(action)
         if action == 'unchanged':
-            result.update(public(spec, self.state), result='unchanged', previous=self.state.get('previous'))
-            if self.state.get('relaunch'):
-                self.state.pop('relaunch')
-                self.write(self.state)
+            state = self.state
+            if state is None:
+                raise RuntimeError('%s: decided unchanged without a recorded state' % spec.name)
+            result.update(public(spec, state), result='unchanged', previous=state.get('previous'))
+            if state.get('relaunch'):
+                state.pop('relaunch')
+                self.write(state)
             return result
         result['changed'] = True
         before = (self.state or {}).get('config') if old_running else None
@@ -841,11 +847,11 @@ class InstanceRun:
         self.t0 = time.monotonic()
         result['window'] = dict(start=round(time.time(), 3), end=None)
         try:
-            self.replace(spec, old_running, first=True)
+            new_state = self.replace(spec, old_running, first=True)
             result['result'] = 'relaunched' if old_running else 'started'
             if result['found']:
                 result['message'] = result['found']
-            self.record_good(spec)
+            self.record_good(spec, new_state)
         except LaunchError as exc:
             self.clock('rollback')
             result['message'] = str(exc)
@@ -869,6 +875,8 @@ class InstanceRun:
                 state.pop('relaunch')
                 self.write(state)
             return result
+        if state is None:
+            raise RuntimeError('%s: decided %s without a recorded state' % (self.spec.name, action))
         result.update(changed=True, result='stopped')
         self.mark('stop')
         result['stopped'] = self.old.stop(state, self.spec.params['stop_timeout'])
@@ -888,8 +896,11 @@ class InstanceRun:
 
     # ------------------------------------------------------------ the steps
 
-    def replace(self, spec: InstanceSpec, stop_first: bool, first: bool) -> None:
-        """Stop what runs (if ``stop_first``), wait for clean GPUs, start ``spec``, wait ready, verify, smoke."""
+    def replace(self, spec: InstanceSpec, stop_first: bool, first: bool) -> dict:
+        """Stop what runs (if ``stop_first``), wait for clean GPUs, start ``spec``, wait ready, verify, smoke.
+
+        Returns the new server's state (also ``self.state`` from its start on).
+        """
         result = self.result
         state = self.state
         if stop_first and state is not None:
@@ -924,12 +935,16 @@ class InstanceRun:
         self.clock('smoke')
         self.gate_smoke(spec, new_state)
         self.clock(None)
+        return new_state
 
     def wait_clean(self, indexes: list) -> float | None:
         if not indexes:
             return None
+        nvml = self.relaunch.nvml
+        if nvml is None:
+            raise RuntimeError('no NVML session to wait for clean GPUs')  # run_all opens it before any instance runs
         try:
-            dummy, waited, dummy_polls = wait_clean(self.relaunch.nvml, indexes, self.params['max_used_mib'], self.params['gpu_clean_timeout'], 0.05)
+            dummy, waited, dummy_polls = wait_clean(nvml, indexes, self.params['max_used_mib'], self.params['gpu_clean_timeout'], 0.05)
         except WaitTimeout as exc:
             raise LaunchError('gpu_clean_timeout: %s' % exc) from None
         return round(waited, 3)
@@ -1057,9 +1072,9 @@ class InstanceRun:
         if low:
             raise LaunchError('the smoke generation of %s was too slow: %s' % (spec.name, '; '.join(low)))
 
-    def record_good(self, spec: InstanceSpec) -> None:
-        self.state['last_good'] = dict(params=spec.good_params(), config_hash=spec.desired_hash(), recorded_at=now())
-        self.write(self.state)
+    def record_good(self, spec: InstanceSpec, state: dict) -> None:
+        state['last_good'] = dict(params=spec.good_params(), config_hash=spec.desired_hash(), recorded_at=now())
+        self.write(state)
 
     def roll_back(self, spec: InstanceSpec, old_running: bool) -> None:
         """Replace a new configuration that failed by the last known good one, verified serving again."""
@@ -1092,9 +1107,9 @@ class InstanceRun:
             running_now = bool(self.state) and current.running(self.state)
             self.old = current
             keep = dict(result)
-            self.replace(good_spec, running_now, first=False)
+            good_state = self.replace(good_spec, running_now, first=False)
             # The report keeps the new configuration's figures; the rollback's go under rollback.
-            result['rollback']['seconds_to_ready'] = self.state.get('seconds_to_ready')
+            result['rollback']['seconds_to_ready'] = good_state.get('seconds_to_ready')
             for key in ('stopped', 'gpus_clean_after', 'smoke', 'tok_s', 'accept_length', 'new'):
                 result[key] = keep.get(key)
             result['speculative'] = dict(good_spec.speculative, running=result['speculative'].get('running'))
@@ -1104,7 +1119,7 @@ class InstanceRun:
                 config=good_spec.desired,
                 message=reason + '; rolled back to the last known good configuration, which serves again',
             )
-            self.state['last_good'] = good
-            self.write(self.state)
+            good_state['last_good'] = good
+            self.write(good_state)
         except LaunchError as exc:
             result['message'] = '%s; the rollback failed too: %s' % (reason, exc)

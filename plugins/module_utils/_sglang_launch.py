@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import all_processes, is_gone, read_process, terminate
@@ -265,7 +266,7 @@ def tail(path: str, lines: int = 30) -> str:
 # ---------------------------------------------------------------- process supervisor
 
 
-def session_members(sid: int) -> list:
+def session_members(sid: int | None) -> list:
     """Every process of session ``sid`` (the launcher, its children, and orphans that kept the session)."""
     if not sid or sid <= 1:
         return []
@@ -274,7 +275,10 @@ def session_members(sid: int) -> list:
 
 def process_alive(state: dict) -> bool:
     pid, starttime = state.get('pid'), state.get('starttime')
-    return bool(pid) and not is_gone((pid, starttime))
+    # Without its start time a pid proves nothing: the number may have been reused.
+    if not pid or starttime is None:
+        return False
+    return not is_gone((pid, starttime))
 
 
 def open_log(log_file: str) -> int:
@@ -286,7 +290,7 @@ def open_log(log_file: str) -> int:
 
 def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
     """Start the server in a session of its own; return the Popen and its ProcessInfo."""
-    groups = {}
+    groups: dict[str, Any] = {}
     if user:
         # The user's own primary and supplementary groups, as a login (and systemd's User=) would give.
         entry = pwd.getpwnam(user)
@@ -323,7 +327,7 @@ def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: fl
     SIGKILL every process left in it. Returns what happened."""
     sid = state.get('sid') or state.get('pid')
     start = time.monotonic()
-    report = dict(signal=None, seconds=0.0, killed=[])
+    report: dict[str, Any] = dict(signal=None, seconds=0.0, killed=[])
     members = session_members(sid)
     if not members:
         return report

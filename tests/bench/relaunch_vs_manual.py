@@ -264,24 +264,26 @@ class Fleet:
             self.wait_clean()
         self.relaunch(2)
         old = self.server_pids()
-        old_parents = sorted({parent_pid(pid) for pid in old if pid and alive(pid)} - {None})
+        parents = (parent_pid(pid) for pid in old if pid and alive(pid))
+        old_parents = sorted({ppid for ppid in parents if ppid is not None})
         wall, cpu, out = self.relaunch(3, profile=self.options.profile)
         new = self.server_pids()
-        starts = [process_start(pid) for pid in new]
-        if None in starts or set(old) & set(new):
+        starts = [start for start in (process_start(pid) for pid in new) if start is not None]
+        if len(starts) < len(new) or set(old) & set(new):
             raise SystemExit('relaunch.yml returned, but not every host has a new server running: old pids %s, new %s' % (old, new))
+        new_pids = [pid for pid in new if pid]  # every one of them, after the check above
         row = dict(
             wall=wall,
             cpu_per_host=cpu / self.count,
             spread=max(starts) - min(starts),
             old_parents=old_parents,
-            new_running=sum(1 for pid in new if alive(pid)),
+            new_running=sum(1 for pid in new_pids if alive(pid)),
             profile=parse_profile(out) if self.options.profile else None,
             profile_wall=wall,
         )
         row['manual_parallel'] = self.manual(parallel=True)
         # The manual loop kills by command line: make sure it did kill what relaunch.yml started.
-        survivors = [pid for pid in new if alive(pid)]
+        survivors = [pid for pid in new_pids if alive(pid)]
         if survivors:
             raise SystemExit(
                 'the manual loop left the servers of relaunch.yml running (pids %s): its kill pattern no longer matches their command line' % survivors
@@ -307,7 +309,7 @@ def report(rows: dict[int, dict], options: argparse.Namespace) -> None:
     floor = options.startup + options.release
     print(
         'relaunch of a simulated fleet, each size in one batch: simulated startup %.1fs, release delay %.1fs '
-        '(%.1fs that no method can avoid); %d cores here%s'
+        '(%.1fs that no method can avoid); %s cores here%s'
         % (options.startup, options.release, floor, os.cpu_count(), '; medians of %d runs' % options.repeats if options.repeats > 1 else '')
     )
     print(

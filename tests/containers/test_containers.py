@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def prerequisites() -> None:
 
 
 @pytest.fixture(scope="module")
-def host(prerequisites) -> str:
+def host(prerequisites) -> Iterator[str]:
     """One container with systemd as PID 1 on the test network; removed afterwards."""
     name = f"gpufleet-t-{uuid.uuid4().hex[:8]}"
     t0 = time.monotonic()

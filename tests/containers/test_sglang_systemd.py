@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,7 +157,7 @@ def unit_state(host: str, unit: str) -> str:
 def test_sglang_launch_systemd(gpu_host: str, tmp_path: Path) -> None:
     host = gpu_host
     port = 30000
-    args = {
+    args: dict[str, Any] = {
         "state": "started",
         "name": "demo",
         "python": PY,

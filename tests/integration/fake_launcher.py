@@ -53,6 +53,7 @@ def main() -> None:
                 sys.exit('holder for %s failed' % spec)
             time.sleep(0.01)
     detokenizer = subprocess.Popen([sys.executable, '-c', DETOKENIZER], stdout=subprocess.PIPE)
+    assert detokenizer.stdout is not None
     if detokenizer.stdout.readline().strip() != b'ready':
         sys.exit('detokenizer failed')
     helper = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])

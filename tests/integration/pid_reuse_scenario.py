@@ -55,7 +55,7 @@ def main() -> int:
             break
     # The next process of this namespace gets the server's old pid, and leads a session as the server did.
     # Other processes of the namespace may fork in between: try until the pid lands.
-    stranger = None
+    stranger: subprocess.Popen | None = None
     for _dummy in range(50):
         with open('/proc/sys/kernel/ns_last_pid', 'w') as handle:
             handle.write(str(server - 1))
@@ -64,6 +64,7 @@ def main() -> int:
             break
         stranger.kill()
         stranger.wait()
+    assert stranger is not None
     report['reused'] = stranger.pid == server
     report['pids'] = [server, stranger.pid]
     time.sleep(0.2)

@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from simfleet import REPO, alive, ansible_env, wait_for
@@ -70,7 +71,7 @@ def login_shell(host) -> dict:
     shell = subprocess.Popen(['setsid', 'bash', '-c', script], env=ansible_env())
     host.procs.append(shell)  # cleanup kills the shell's process group: everything it started
     wait_for(lambda: ready_a.exists() and ready_b.exists() and ready_train.exists(), timeout=30, what='the shell to start its jobs')
-    pids = dict(shell=shell.pid, train=int(read_ready(ready_train)['pid']), a=server_pids(ready_a), b=server_pids(ready_b))
+    pids: dict[str, Any] = dict(shell=shell.pid, train=int(read_ready(ready_train)['pid']), a=server_pids(ready_a), b=server_pids(ready_b))
     # The shape users get: one session and one process group for everything, led by the shell.
     for pid in [pids['train']] + everything(pids['a']) + everything(pids['b']):
         assert (stat(pid)['sid'], stat(pid)['pgid']) == (shell.pid, shell.pid), pid

@@ -49,7 +49,9 @@ def start(fleet) -> dict:
 
 
 def steps_running(hvars: dict) -> int:
-    return state(hvars)['config']['speculative']['num_steps']
+    current = state(hvars)
+    assert current is not None, 'no state file for %s' % hvars.get('sglang_server_name', 'default')
+    return current['config']['speculative']['num_steps']
 
 
 def test_relaunch_steps_3_then_again_changes_nothing(fleet):

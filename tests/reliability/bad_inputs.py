@@ -10,16 +10,20 @@ file of the state directory (state file, lock, secret files) unchanged byte for 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 from reliability import SECRETS, Timeout, module, playbook
+
+if TYPE_CHECKING:
+    from _pytest.mark import ParameterSet  # what pytest.param returns; pytest exports no public name for it
 
 # The bugs the cases still show, by case id; the owner removes an entry with the fix (strict: a fixed bug
 # fails its xfail, so an entry cannot outlive its bug).
 BUGS: dict = {}
 
 
-def case(kind: str, name: str, expect, **how) -> pytest.param:
+def case(kind: str, name: str, expect, **how) -> ParameterSet:
     """kind: launch (sglang_launch with `inst` merged into the serving instance, `task` into the task, `second`
     giving a second instance), kill (gpu_kill `args`), wait (gpu_wait_clean `args`), play (relaunch.yml with
     `extra` arguments). expect: the strings the message must contain (a tuple: any of them). hold: a GPU that

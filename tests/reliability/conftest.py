@@ -18,6 +18,7 @@ sys.path.insert(0, str(INTEGRATION))
 
 # The integration tier's fixtures, loaded under a name of their own (two conftest modules cannot share one).
 _SPEC = importlib.util.spec_from_file_location('integration_conftest', INTEGRATION / 'conftest.py')
+assert _SPEC is not None and _SPEC.loader is not None
 _INTEGRATION = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_INTEGRATION)
 simulated_library = _INTEGRATION.simulated_library

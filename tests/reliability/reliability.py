@@ -15,6 +15,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from relaunch_fleet import PLAYBOOKS, host_vars, state, write_inventory
 from simfleet import _ONELINE, SimHost, alive, ansible_env
@@ -23,7 +24,7 @@ SECRETS = dict(api_key='sk-reliability-api-3c9e0d7a1f52', admin_api_key='sk-reli
 # The files that exist to hold the secrets (mode 0600); every other file of a state directory is scanned.
 PRIVATE_SUFFIXES = ('.secret.yaml', '.env')
 # Where each run's secret hits are counted, per test (read by conftest.py's autouse fixture).
-SCAN = dict(outputs=0, hits=[])
+SCAN: dict[str, Any] = dict(outputs=0, hits=[])
 
 
 # The inventories of module(): their runs are the suite's own, told apart by this name.
@@ -47,7 +48,7 @@ def scan(what: str, text: str) -> list[str]:
 
 def scan_state_dir(state_dir: Path) -> list[str]:
     """Every file of a state directory but the private ones (checked 0600), and the log."""
-    found = []
+    found: list[str] = []
     if not state_dir.is_dir():
         return found
     for path in sorted(state_dir.iterdir()):
@@ -201,7 +202,9 @@ class Serving:
 
     def healthy(self) -> bool:
         pid = self.pid
-        return bool(pid) and alive(pid) and health(self.url) == 200
+        if not pid:
+            return False
+        return alive(pid) and health(self.url) == 200
 
     def instance(self) -> dict:
         """sglang_launch's instance exactly as the role passed it (the state keeps it without secrets)."""
