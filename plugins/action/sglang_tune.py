@@ -1,0 +1,354 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Controller side of the tuning sweep (documented in plugins/modules/sglang_tune.py).
+
+Runs on the controller only and transfers no module: it validates the grid and plans the schedule, checks that the
+hosts are alike, hands each host its trial of a round, records each trial, and writes the report. The run
+directory holds everything between the calls, because the controller's forks run the per-host operations of one
+round at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+
+display = Display()
+
+ARGUMENT_SPEC = dict(
+    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
+    run_dir=dict(type='str', default=''),
+    grid=dict(type='dict', default={}),
+    hosts=dict(type='list', elements='str', default=[]),
+    draft_model_paths=dict(type='dict', default={}),
+    inventory=dict(type='list', elements='str', default=[]),
+    facts=dict(type='dict', default={}),
+    round=dict(type='int'),
+    host=dict(type='str'),
+    trial=dict(type='dict'),
+    launch=dict(type='dict'),
+    benchmark=dict(type='dict'),
+)
+# What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
+ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'tp_size', 'sglang_version', 'instances')
+SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
+
+
+def _plan_path(run_dir: str) -> str:
+    return os.path.join(run_dir, store.PLAN)
+
+
+def load_plan(run_dir: str) -> dict:
+    plan = store.read_json(_plan_path(run_dir))
+    if not plan:
+        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir, store.PLAN))
+    return plan
+
+
+def speculative_of(point: dict) -> dict | None:
+    """sglang_launch's speculative keys for a point; None for the baseline."""
+    if not point.get('algorithm'):
+        return None
+    return dict((k, point[k]) for k in SPECULATIVE_KEYS)
+
+
+def reproduce_command(inventory: list[str], run_dir: str) -> str:
+    words = ['ansible-playbook', 'gpufleet.sglang.tune']
+    for source in inventory:
+        words += ['-i', source]
+    words += ['-e', '@%s' % os.path.join(run_dir, store.GRID), '-e', 'run_dir=%s-again' % run_dir.rstrip('/')]
+    return ' '.join(shlex.quote(w) for w in words)
+
+
+def grid_yaml(grid: dict, plan: dict) -> str:
+    """The effective grid, seed included, as YAML (JSON is YAML): ``-e @grid.yml`` runs the same sweep again."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    effective = dict((k, v) for k, v in grid.items() if k in grid_rules.GRID_KEYS and k not in ('run_dir', 'apply'))
+    effective.update(seed=plan['seed'], repeats=plan['repeats'], benchmark=plan['benchmark'], adaptive=plan['adaptive'])
+    effective['environments'] = plan['environments']
+    effective['apply_concurrency'] = plan['apply_concurrency']
+    return '# The grid of the sweep in %s, seed included: ansible-playbook gpufleet.sglang.tune -e @this-file\n%s\n' % (
+        plan['run_dir'],
+        json.dumps(effective, indent=2, sort_keys=True),
+    )
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        dummy, params = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if not params['run_dir']:
+            if params['operation'] != 'plan':
+                raise AnsibleActionFail('run_dir: the run directory of the sweep is required by operation %s' % params['operation'])
+            params['run_dir'] = os.path.join('tune-runs', time.strftime('%Y%m%d-%H%M%S'))
+        params['run_dir'] = os.path.abspath(os.path.expanduser(params['run_dir']))
+        operation = params['operation']
+        handler = getattr(self, 'op_%s' % operation)
+        try:
+            result.update(handler(params, task_vars or {}))
+        except AnsibleActionFail:
+            raise
+        except (OSError, ValueError) as exc:
+            raise AnsibleActionFail('sglang_tune %s: %s' % (operation, exc)) from exc
+        result.setdefault('changed', False)
+        return result
+
+    # -------------------------------------------------------------- plan
+
+    def op_plan(self, params: dict, task_vars: dict) -> dict:
+        run_dir = os.path.abspath(params['run_dir'])
+        hosts = params['hosts']
+        if not hosts:
+            raise AnsibleActionFail('hosts: the sweep needs at least one host')
+        drafts = set(v for v in params['draft_model_paths'].values() if v)
+        try:
+            expanded = grid_rules.expand(params['grid'], sorted(drafts)[0] if drafts else None)
+        except grid_rules.GridError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        previous = store.read_json(_plan_path(run_dir))
+        seed = expanded['seed']
+        if seed is None:
+            seed = previous['seed'] if previous else random.SystemRandom().randrange(1, 10**6)
+        plan = dict(expanded, seed=seed, hosts=sorted(hosts), run_dir=run_dir)
+        plan['schedule'] = grid_rules.schedule(plan['points'], plan['hosts'], plan['repeats'], seed, plan['adaptive'])
+        plan['fingerprint'] = grid_rules.fingerprint(plan)
+        plan['command'] = reproduce_command(params['inventory'], run_dir)
+        resumed = False
+        if previous:
+            if previous.get('fingerprint') != plan['fingerprint']:
+                raise AnsibleActionFail(
+                    'run_dir: %s holds another sweep (other points, repeats, benchmark, seed or hosts: %s); give a new run_dir, '
+                    'or the same grid and seed to resume it' % (run_dir, previous.get('fingerprint'))
+                )
+            resumed = True
+        done = store.done_trials(run_dir) if resumed else set()
+        if not self._task.check_mode:
+            os.makedirs(run_dir, mode=0o700, exist_ok=True)
+            store.write_private(_plan_path(run_dir), __import__('json').dumps(plan, indent=1, sort_keys=True))
+            store.write_private(os.path.join(run_dir, store.GRID), grid_yaml(params['grid'], plan))
+        trials = sum(len(r) for r in plan['schedule'])
+        lines = [
+            'seed %s: %d points (baseline included) x %d repeats = %d trials on %d hosts in %d rounds%s%s'
+            % (
+                seed,
+                len(plan['points']),
+                plan['repeats'],
+                trials,
+                len(hosts),
+                len(plan['schedule']),
+                ', adaptive' if plan['adaptive'] else '',
+                ', resuming: %d trials already done' % len(done) if resumed else '',
+            ),
+            'run directory %s' % run_dir,
+        ]
+        lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
+        for number, this_round in enumerate(plan['schedule']):
+            lines.append('round %d: %s' % (number + 1, ', '.join('%s %s' % (h, t['id']) for h, t in sorted(this_round.items()))))
+        return dict(
+            seed=seed,
+            rounds=len(plan['schedule']),
+            points=plan['points'],
+            run_dir=run_dir,
+            resumed=resumed,
+            done=len(done),
+            apply=plan['apply'],
+            apply_concurrency=plan['apply_concurrency'],
+            benchmark=plan['benchmark'],
+            msg=lines,
+            changed=not self._task.check_mode and not resumed,
+        )
+
+    # -------------------------------------------------------------- fleet
+
+    def op_fleet(self, params: dict, task_vars: dict) -> dict:
+        run_dir = os.path.abspath(params['run_dir'])
+        facts = params['facts']
+        if not facts:
+            raise AnsibleActionFail('facts: no host to compare')
+        names = sorted(facts)
+        reference = names[0]
+        problems = []
+        for host in names[1:]:
+            for key in ALIKE:
+                if facts[host].get(key) != facts[reference].get(key):
+                    problems.append('%s: %s is %r where %s has %r' % (host, key, facts[host].get(key), reference, facts[reference].get(key)))
+        if problems:
+            raise AnsibleActionFail(
+                'the hosts of a sweep must be alike (GPU model and count, model path, tensor parallel size, SGLang version, one '
+                'instance each), so that a slow host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
+            )
+        path = os.path.join(run_dir, store.FLEET)
+        recorded = store.read_json(path)
+        if recorded is None:
+            recorded = dict(hosts=facts, recorded_at=store.now())
+            if not self._task.check_mode:
+                store.write_private(path, __import__('json').dumps(recorded, indent=1, sort_keys=True))
+        # A resumed sweep restores what ran before its first run, not what an interrupted run left behind.
+        before = dict((h, recorded['hosts'].get(h, facts[h]).get('before')) for h in names)
+        return dict(before=before, msg=['%s: %s' % (h, facts[h].get('before_label')) for h in names])
+
+    # -------------------------------------------------------------- next
+
+    def op_next(self, params: dict, task_vars: dict) -> dict:
+        run_dir = os.path.abspath(params['run_dir'])
+        plan = load_plan(run_dir)
+        host = params['host'] or task_vars.get('inventory_hostname')
+        number = params['round']
+        idle = dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=store.now()))
+        if number is None or not 0 <= number < len(plan['schedule']):
+            raise AnsibleActionFail('round: %r is not a round of this sweep (0 to %d)' % (number, len(plan['schedule']) - 1))
+        entry = plan['schedule'][number].get(host)
+        if entry is None:
+            return dict(idle, reason='no trial for %s in round %d' % (host, number + 1))
+        points = dict((p['id'], p) for p in plan['points'])
+        point = points[entry['point']]
+        trial = dict(entry, round=number, host=host, label=grid_rules.label(point), environment_name=point['environment'])
+        if entry['id'] in store.done_trials(run_dir):
+            return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
+        if plan['adaptive']:
+            why = store.adaptive_skip(plan, store.load_trials(run_dir), point)
+            if why:
+                if not self._task.check_mode:
+                    store.append_trial(
+                        run_dir, dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why)
+                    )
+                display.display('skipped %s on %s: %s' % (trial['label'], host, why))
+                return dict(idle, trial=trial, reason=why, skipped=True)
+        return dict(
+            run=not self._task.check_mode,
+            trial=trial,
+            speculative=speculative_of(point),
+            environment=plan['environments'][point['environment']],
+            span=dict(start=store.now()),
+            reason=None,
+        )
+
+    # -------------------------------------------------------------- record
+
+    def op_record(self, params: dict, task_vars: dict) -> dict:
+        run_dir = os.path.abspath(params['run_dir'])
+        trial = params['trial'] or {}
+        if not trial.get('id'):
+            raise AnsibleActionFail('trial: the result of operation next is expected')
+        launch = params['launch'] or {}
+        bench = params['benchmark'] or {}
+        record = dict(
+            trial=trial['id'],
+            point=trial['point'],
+            repeat=trial['repeat'],
+            round=trial['round'],
+            host=trial['host'],
+            span=dict(start=(params.get('trial') or {}).get('span_start') or store.now(), end=store.now()),
+        )
+        instance = (launch.get('instances') or [{}])[0] if isinstance(launch.get('instances'), list) else {}
+        record['launch'] = dict(
+            result=instance.get('result') or ('failed' if launch.get('failed') else None),
+            seconds_to_ready=instance.get('seconds_to_ready'),
+            seconds_down=instance.get('seconds_down'),
+            window=instance.get('window'),
+            running=(instance.get('speculative') or {}).get('running'),
+            smoke_tok_s=instance.get('tok_s'),
+        )
+        levels = []
+        for level in bench.get('levels') or []:
+            levels.append(
+                dict((k, level.get(k)) for k in ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end') + store.LEVEL_FIGURES)
+            )
+        record['levels'] = levels
+        record['benchmark_window'] = bench.get('window')
+        reason = None
+        if launch.get('failed') or record['launch']['result'] not in ('started', 'relaunched', 'unchanged'):
+            message = instance.get('message') or launch.get('msg') or 'the relaunch failed'
+            reason = 'the server did not start with these parameters (%s): %s' % (record['launch']['result'] or 'failed', ' '.join(str(message).split())[:600])
+        elif not levels:
+            reason = 'the benchmark did not run: %s' % ' '.join(str(bench.get('msg') or 'no result').split())[:600]
+        else:
+            bad = [lv for lv in levels if not lv.get('measured')]
+            if bad:
+                reason = '; '.join('concurrency %s: %s' % (lv.get('concurrency'), lv.get('error') or 'not measured') for lv in bad)[:600]
+        record['status'] = 'failed' if reason else 'ok'
+        record['reason'] = reason
+        if not self._task.check_mode:
+            store.append_trial(run_dir, record)
+        first = next((lv for lv in levels if lv.get('measured')), None)
+        line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % reason if reason else '')
+        if not reason and first:
+            line += '%s tok/s, accept length %s (concurrency %s)' % (
+                '%.1f' % first['output_throughput'] if first.get('output_throughput') is not None else '-',
+                '%.2f' % first['accept_length'] if first.get('accept_length') is not None else '-',
+                first.get('concurrency'),
+            )
+        display.display(line)
+        return dict(status=record['status'], reason=reason, msg=line, changed=not self._task.check_mode)
+
+    # -------------------------------------------------------------- report
+
+    def op_report(self, params: dict, task_vars: dict) -> dict:
+        run_dir = os.path.abspath(params['run_dir'])
+        plan = load_plan(run_dir)
+        if self._task.check_mode:
+            return dict(msg=['check mode: no report is written'], winner=None, files={})
+        try:
+            written = store.write_all(run_dir, plan)
+        except ImportError as exc:
+            raise AnsibleActionFail(
+                'the report plot needs the Python package matplotlib on the controller (pip install matplotlib): %s; '
+                'trials.jsonl in %s is complete, rerun with the same run_dir once it is installed' % (exc, run_dir)
+            ) from None
+        decision = written['decision']
+        winner = decision['apply']
+        per_level = dict(
+            (
+                str(c),
+                None if not ch.get('winner') else dict(point=ch['winner']['id'], label=ch['winner']['label'], median=round(ch['winner']['stats']['median'], 2)),
+            )
+            for c, ch in decision['per_level'].items()
+        )
+        files = dict((name, os.path.join(run_dir, name)) for name in (store.TRIALS, store.SUMMARY, store.REPORT, store.PLOT))
+        lines = []
+        with open(files[store.REPORT], encoding='utf-8') as handle:
+            for text in handle.read().splitlines():
+                if text.startswith(('**Winner**', '**No winner**', 'Winner:', 'It is', 'The best point', 'The curve turns', 'Sweep wall time')):
+                    lines.append(text.replace('**', ''))
+        lines += ['report: %s' % files[store.REPORT], 'plot: %s' % files[store.PLOT]]
+        counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in store.DONE)
+        return dict(
+            winner=None
+            if winner is None
+            else dict(
+                point=winner['id'],
+                label=winner['label'],
+                speculative=speculative_of(winner['point']),
+                environment_name=winner['point']['environment'],
+                environment=plan['environments'][winner['point']['environment']],
+                median=round(winner['stats']['median'], 2),
+                ci_low=round(winner['stats']['ci_low'], 2),
+                ci_high=round(winner['stats']['ci_high'], 2),
+            ),
+            winners=per_level,
+            apply_concurrency=decision['apply_concurrency'],
+            trials=counts,
+            timing=written['timing'],
+            files=files,
+            seed=plan['seed'],
+            msg=lines,
+            generated_at=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+        )

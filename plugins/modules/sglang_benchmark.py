@@ -1,0 +1,453 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: sglang_benchmark
+short_description: Benchmark an SGLang server of the host with SGLang's own serving benchmark client
+version_added: 0.1.0
+description:
+  - Runs C(<python> -m sglang.benchmark.serving --backend sglang) from the SGLang installed on the host against a server
+    of the host, once per O(concurrency) level (C(--max-concurrency)), on the random dataset, and reads the result
+    from the client's C(--output-file).
+  - Returns per level the output tokens per second, mean and p99 time to first token and inter-token latency, the
+    accept length the server reports, and how many requests completed and failed. A level whose client fails or
+    that has any failed request is returned with C(measured=false) and the reason, and the task fails.
+  - The API key reaches the client through the environment variable C(OPENAI_API_KEY), which it sends as
+    C(Authorization: Bearer <key>); it is never on the command line, in the result or in the log. The client's
+    output file (which carries the server's C(/server_info), the key included) lives in a private temporary
+    directory that is removed at once.
+extends_documentation_fragment:
+  - gpufleet.sglang.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Returns the command line of each level and the installed SGLang version; sends no request.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: It changes nothing on the host; it loads the server while it runs and never reports changed.
+options:
+  python:
+    description:
+      - The Python interpreter that has SGLang installed, or the directory of its virtual environment.
+      - The benchmark client needs SGLang's own dependencies (aiohttp, numpy, transformers for the tokenizer), which
+        are where SGLang is installed.
+    type: str
+    default: /opt/sglang/venv/bin/python
+  host:
+    description: Address of the server; C(0.0.0.0) and C(::) are benchmarked through the loopback address.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: Port of the server (C(--port)).
+    type: int
+    required: true
+  api_key:
+    description: API key of the server, given to the client in its environment (never on its command line).
+    type: str
+  environment:
+    description:
+      - Environment variables of the client, for example C(HF_HOME) or C(HF_HUB_OFFLINE) for the tokenizer. C(PATH)
+        defaults to the system path.
+    type: dict
+    default: {}
+  concurrency:
+    description: The C(--max-concurrency) levels; one client run each, in this order.
+    type: list
+    elements: int
+    required: true
+  dataset_name:
+    description: C(--dataset-name).
+    type: str
+    choices: [random, random-ids]
+    default: random
+  input_len:
+    description: C(--random-input-len), prompt tokens per request.
+    type: int
+    default: 1024
+  output_len:
+    description: C(--random-output-len), generated tokens per request.
+    type: int
+    default: 1024
+  range_ratio:
+    description: C(--random-range-ratio); 0 gives every request the same lengths.
+    type: float
+    default: 0.0
+  num_prompts:
+    description: C(--num-prompts), requests per level.
+    type: int
+    default: 200
+  warmup_requests:
+    description: C(--warmup-requests) before each level's measured run.
+    type: int
+    default: 1
+  seed:
+    description: C(--seed) of the client's random prompts.
+    type: int
+    default: 1
+  tokenizer:
+    description: C(--tokenizer); by default the client asks the server's C(/model_info).
+    type: str
+  model:
+    description: C(--model); by default the client asks the server's C(/v1/models).
+    type: str
+  timeout:
+    description: Seconds one level may run before its client is stopped and the level counts as failed.
+    type: float
+    default: 3600
+requirements:
+  - SGLang with its benchmark client (C(sglang.benchmark.serving)) installed for O(python).
+notes:
+  - The accept length is what the client reads from the server's C(/server_info) after the run, the server's average
+    since it started, so a freshly started server gives the figure of the levels run so far.
+seealso:
+  - module: gpufleet.sglang.sglang_launch
+  - module: gpufleet.sglang.sglang_info
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
+'''
+
+EXAMPLES = r'''
+- name: Benchmark the server on port 30000 at 1 and 16 concurrent requests
+  gpufleet.sglang.sglang_benchmark:
+    port: 30000
+    concurrency: [1, 16]
+    input_len: 512
+    output_len: 256
+    num_prompts: 100
+    api_key: "{{ vault_sglang_api_key }}"
+  register: bench
+
+- name: Show the output throughput of each level
+  ansible.builtin.debug:
+    msg: "{{ item.concurrency }}: {{ item.output_throughput }} tok/s, accept length {{ item.accept_length }}"
+  loop: "{{ bench.levels }}"
+  loop_control:
+    label: "{{ item.concurrency }}"
+'''
+
+RETURN = r'''
+levels:
+  description: One entry per concurrency level, in the order given (check mode: only C(concurrency) and C(argv)).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    concurrency:
+      description: The C(--max-concurrency) of the run.
+      type: int
+      sample: 16
+    measured:
+      description: Whether the run is a measurement (the client succeeded and every request completed).
+      type: bool
+      sample: true
+    error:
+      description: Why the level is no measurement; null when it is.
+      type: str
+      sample: null
+    output_throughput:
+      description: Output tokens per second (C(output_throughput)).
+      type: float
+      sample: 1432.5
+    mean_ttft_ms:
+      description: Mean time to first token, ms.
+      type: float
+      sample: 41.2
+    p99_ttft_ms:
+      description: 99th percentile of the time to first token, ms.
+      type: float
+      sample: 88.0
+    mean_itl_ms:
+      description: Mean inter-token latency, ms.
+      type: float
+      sample: 10.9
+    p99_itl_ms:
+      description: 99th percentile of the inter-token latency, ms.
+      type: float
+      sample: 25.3
+    accept_length:
+      description: Average accept length the server reported after the run; null without speculative decoding.
+      type: float
+      sample: 2.31
+    completed:
+      description: Requests that completed.
+      type: int
+      sample: 100
+    failed:
+      description: Requests that did not complete (C(num_prompts) minus C(completed)).
+      type: int
+      sample: 0
+    duration:
+      description: Seconds of the measured run, as the client counts them.
+      type: float
+      sample: 35.2
+    request_throughput:
+      description: Completed requests per second.
+      type: float
+      sample: 2.84
+    seconds:
+      description: Seconds the client process ran (warm-up and tokenizer load included).
+      type: float
+      sample: 39.8
+    start:
+      description: When the client started, seconds since the epoch.
+      type: float
+      sample: 1764558000.12
+    end:
+      description: When the client ended, seconds since the epoch.
+      type: float
+      sample: 1764558039.92
+    argv:
+      description: The client's command line (the API key is never on it).
+      type: list
+      elements: str
+      sample: [/opt/sglang/venv/bin/python, -m, sglang.benchmark.serving, --backend, sglang, --port, '30000']
+window:
+  description: When the first level started and the last ended (seconds since the epoch); null in check mode.
+  returned: always
+  type: dict
+  sample: {start: 1764558000.12, end: 1764558079.4}
+sglang_version:
+  description: The SGLang version installed for O(python); null when it cannot be read.
+  returned: always
+  type: str
+  sample: 0.5.23
+url:
+  description: The server benchmarked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000
+'''
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON
+from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import installed_sglang, python_binary
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import SERVER_PATH
+
+CLIENT = 'sglang.benchmark.serving'
+FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput')
+# Names the client reads an API key from (OPENAI_API_KEY is sent as a Bearer token, which SGLang expects).
+KEY_VARIABLES = ('OPENAI_API_KEY', 'API_KEY')
+OUTPUT_TAIL = 20
+
+
+def connect_host(host: str) -> str:
+    if host in ('0.0.0.0', '', '::', '[::]'):
+        return '127.0.0.1'
+    return host
+
+
+def url_of(host: str, port: int) -> str:
+    host = connect_host(host)
+    return 'http://[%s]:%d' % (host, port) if ':' in host and not host.startswith('[') else 'http://%s:%d' % (host, port)
+
+
+class Benchmark:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
+        self.python = python_binary(self.params['python'])
+
+    def validate(self) -> None:
+        p = self.params
+        if not 1 <= p['port'] <= 65535:
+            self.module.fail_json(msg='port: %s is out of range (1 to 65535)' % p['port'])
+        if not p['concurrency']:
+            self.module.fail_json(msg='concurrency: give at least one --max-concurrency level')
+        for level in p['concurrency']:
+            if level < 1:
+                self.module.fail_json(msg='concurrency: %s is out of range; a level is at least 1 request' % level)
+        for field, minimum in (('input_len', 1), ('output_len', 1), ('num_prompts', 1), ('warmup_requests', 0)):
+            if p[field] < minimum:
+                self.module.fail_json(msg='%s: %s is out of range; it must be at least %d' % (field, p[field], minimum))
+        if not 0.0 <= p['range_ratio'] <= 1.0 or not math.isfinite(p['range_ratio']):
+            self.module.fail_json(msg='range_ratio: %s is out of range (0 to 1)' % p['range_ratio'])
+        if not math.isfinite(p['timeout']) or p['timeout'] <= 0:
+            self.module.fail_json(msg='timeout: %s is out of range; it must be a finite number of seconds above 0' % p['timeout'])
+        for name in p['environment']:
+            if name.upper() in KEY_VARIABLES:
+                self.module.fail_json(msg='environment: %s carries the API key; give it as api_key, which is kept secret' % name)
+        if not os.path.isfile(self.python) or not os.access(self.python, os.X_OK):
+            self.module.fail_json(msg='python: %s is not an executable Python (is SGLang installed there?)' % self.params['python'])
+
+    def argv(self, concurrency: int, output_file: str) -> list[str]:
+        p = self.params
+        argv = [
+            self.python,
+            '-m',
+            CLIENT,
+            '--backend',
+            'sglang',
+            '--host',
+            connect_host(p['host']),
+            '--port',
+            str(p['port']),
+            '--dataset-name',
+            p['dataset_name'],
+            '--random-input-len',
+            str(p['input_len']),
+            '--random-output-len',
+            str(p['output_len']),
+            '--random-range-ratio',
+            repr(float(p['range_ratio'])),
+            '--num-prompts',
+            str(p['num_prompts']),
+            '--max-concurrency',
+            str(concurrency),
+            '--warmup-requests',
+            str(p['warmup_requests']),
+            '--seed',
+            str(p['seed']),
+            '--output-file',
+            output_file,
+            '--disable-tqdm',
+        ]
+        if p['tokenizer']:
+            argv += ['--tokenizer', p['tokenizer']]
+        if p['model']:
+            argv += ['--model', p['model']]
+        return argv
+
+    def environment(self) -> dict:
+        env = dict(PATH=SERVER_PATH, LANG='C.UTF-8', PYTHONUNBUFFERED='1')
+        env.update((str(k), str(v)) for k, v in self.params['environment'].items() if v is not None)
+        if self.params['api_key']:
+            env['OPENAI_API_KEY'] = self.params['api_key']
+        return env
+
+    def scrub(self, text: str) -> str:
+        key = self.params['api_key']
+        return text.replace(key, '********') if key else text
+
+    def run_level(self, concurrency: int) -> dict:
+        workdir = tempfile.mkdtemp(prefix='gpufleet-bench-')
+        os.chmod(workdir, 0o700)
+        output_file = os.path.join(workdir, 'result.jsonl')
+        argv = self.argv(concurrency, output_file)
+        level = dict(concurrency=concurrency, measured=False, error=None, argv=argv, completed=0, failed=self.params['num_prompts'])
+        level.update((k, None) for k in FIGURES)
+        start = time.time()
+        try:
+            proc = subprocess.run(argv, env=self.environment(), cwd=workdir, capture_output=True, text=True, timeout=self.params['timeout'], check=False)
+            output = (proc.stdout or '') + (proc.stderr or '')
+            returncode: int | None = proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            output = (exc.stdout or b'').decode(errors='replace') if isinstance(exc.stdout, bytes) else (exc.stdout or '')
+            returncode = None
+        except OSError as exc:
+            output, returncode = str(exc), -1
+        end = time.time()
+        level.update(start=round(start, 3), end=round(end, 3), seconds=round(end - start, 3))
+        try:
+            result = self.read_result(output_file)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        tail = self.scrub(' | '.join(output.strip().splitlines()[-OUTPUT_TAIL:]))
+        if returncode is None:
+            level['error'] = 'the client ran longer than timeout (%ss) and was stopped; its last output: %s' % (self.params['timeout'], tail)
+            return level
+        if returncode != 0 or result is None:
+            level['error'] = 'the client exited with code %s%s; its last output: %s' % (
+                returncode,
+                '' if result is not None or returncode != 0 else ' without writing a result',
+                tail,
+            )
+            return level
+        for key in FIGURES:
+            level[key] = as_float(result.get(key))
+        completed = int(result.get('completed') or 0)
+        level.update(completed=completed, failed=max(self.params['num_prompts'] - completed, 0))
+        if level['failed']:
+            level['error'] = '%d of %d requests failed, so the run is no measurement' % (level['failed'], self.params['num_prompts'])
+        elif level['output_throughput'] is None:
+            level['error'] = 'the result has no output_throughput'
+        else:
+            level['measured'] = True
+        return level
+
+    @staticmethod
+    def read_result(path: str) -> dict | None:
+        """The last JSON line the client appended (it carries /server_info too: never returned)."""
+        try:
+            with open(path, encoding='utf-8') as handle:
+                lines = [line for line in handle.read().splitlines() if line.strip()]
+        except OSError:
+            return None
+        for line in reversed(lines):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+        return None
+
+    def run(self) -> dict:
+        self.validate()
+        version, dummy = installed_sglang(self.python, self.params['environment'])
+        url = url_of(self.params['host'], self.params['port'])
+        if self.module.check_mode:
+            levels = [dict(concurrency=c, argv=self.argv(c, '<private temporary file>')) for c in self.params['concurrency']]
+            return dict(changed=False, levels=levels, window=None, sglang_version=version, url=url)
+        levels = [self.run_level(c) for c in self.params['concurrency']]
+        window = dict(start=levels[0]['start'], end=levels[-1]['end'])
+        out = dict(changed=False, levels=levels, window=window, sglang_version=version, url=url)
+        bad = [lv for lv in levels if not lv['measured']]
+        if bad:
+            out['failed'] = True
+            out['msg'] = '; '.join('concurrency %d: %s' % (lv['concurrency'], lv['error']) for lv in bad)
+        return out
+
+
+def as_float(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type='str', default=DEFAULT_PYTHON),
+            host=dict(type='str', default='127.0.0.1'),
+            port=dict(type='int', required=True),
+            api_key=dict(type='str', no_log=True),
+            environment=dict(type='dict', default={}),
+            concurrency=dict(type='list', elements='int', required=True),
+            dataset_name=dict(type='str', default='random', choices=['random', 'random-ids']),
+            input_len=dict(type='int', default=1024),
+            output_len=dict(type='int', default=1024),
+            range_ratio=dict(type='float', default=0.0),
+            num_prompts=dict(type='int', default=200),
+            warmup_requests=dict(type='int', default=1),
+            seed=dict(type='int', default=1),
+            tokenizer=dict(type='str'),
+            model=dict(type='str'),
+            timeout=dict(type='float', default=3600),
+        ),
+        supports_check_mode=True,
+    )
+    result = Benchmark(module).run()
+    if result.get('failed'):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

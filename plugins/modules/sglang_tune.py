@@ -1,0 +1,188 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: sglang_tune
+short_description: Plan, record and report a speculative-decoding sweep on the controller
+version_added: 0.1.0
+description:
+  - The controller side of C(playbooks/tune.yml) (C(ansible-playbook gpufleet.sglang.tune)). An action plugin: it runs
+    on the controller only, contacts no host and transfers no module. Each O(operation) reads and writes the run
+    directory O(run_dir), which holds the plan, the trials and the report.
+  - V(plan) validates the whole grid before any host is touched (every point through the collection's copy of SGLang's
+    speculative rules, strictly, as a relaunch checks it; every invalid point is listed and the task fails), adds the
+    baseline without speculation, and deals the trials (every point O(grid.repeats) times) to the hosts in rounds, in
+    an order drawn from O(grid.seed) (drawn and printed when not given), a point's repeats on different hosts where the
+    fleet allows. It writes C(plan.json) and C(grid.yml) (the effective grid, seed included). A run directory that
+    holds a plan resumes it when the grid, seed and hosts are the same, and is refused otherwise.
+  - V(fleet) refuses hosts that are not alike (GPU model and count, model path, tensor-parallel size, SGLang version,
+    one instance each), naming the host, the value and the reference host, and records in C(fleet.json) what each
+    host ran before the first run of the sweep.
+  - V(next) gives O(host) its trial of round O(round), or none (no trial left, finished by an earlier run, or skipped
+    by the adaptive sweep because the step arithmetic says it cannot win, recorded with the reason).
+  - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
+    request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
+  - V(report) writes C(summary.csv), C(report.md) and C(plot.png) and returns the winner per concurrency level and the
+    one C(apply) uses.
+attributes:
+  check_mode:
+    support: full
+    details: V(plan) validates and prints the schedule but writes nothing; V(next) hands out no trial; V(record) and
+      V(report) write nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    details: V(record) appends a trial each time it runs.
+  action:
+    support: full
+    details: Runs on the controller.
+  async:
+    support: none
+options:
+  operation:
+    description: What to do; see the description.
+    type: str
+    required: true
+    choices: [plan, fleet, next, record, report]
+  run_dir:
+    description: The run directory on the controller (created with mode C(0700) by V(plan)).
+    type: path
+    required: true
+  grid:
+    description:
+      - With V(plan), the grid as C(docs/tuning.md) documents it. Keys C(algorithm), C(steps), C(topk),
+        C(draft_tokens) (lists; C(auto) where SGLang's rules leave one value), C(environment) (variant name to
+        environment variables), C(points) (extra points, each a mapping of those keys), C(benchmark)
+        (C(input_len), C(output_len), C(num_prompts), C(concurrency), C(warmup_requests), C(range_ratio), C(timeout),
+        C(dataset_name)), C(repeats), C(seed), C(adaptive), C(apply), C(apply_concurrency), C(run_dir).
+    type: dict
+    default: {}
+  hosts:
+    description: With V(plan), the hosts of the sweep.
+    type: list
+    elements: str
+    default: []
+  draft_model_paths:
+    description: With V(plan), each host's draft model path (the grid's points are checked with it).
+    type: dict
+    default: {}
+  inventory:
+    description: With V(plan), the inventory sources, for the command that reproduces the sweep.
+    type: list
+    elements: str
+    default: []
+  facts:
+    description: With V(fleet), per host C(gpu_name), C(gpu_count), C(model_path), C(tp_size), C(sglang_version),
+      C(instances), C(before) (what it ran) and C(before_label).
+    type: dict
+    default: {}
+  round:
+    description: With V(next), the round, from 0.
+    type: int
+  host:
+    description: With V(next), the host (default the task's host).
+    type: str
+  trial:
+    description: With V(record), the C(trial) that V(next) returned, with C(span_start).
+    type: dict
+  launch:
+    description: With V(record), the registered result of M(gpufleet.sglang.sglang_launch) for the trial.
+    type: dict
+  benchmark:
+    description: With V(record), the registered result of M(gpufleet.sglang.sglang_benchmark) for the trial.
+    type: dict
+requirements:
+  - matplotlib on the controller for the plot of V(report).
+notes:
+  - Start it through C(ansible-playbook gpufleet.sglang.tune); its operations make sense in that order only.
+seealso:
+  - module: gpufleet.sglang.sglang_benchmark
+  - module: gpufleet.sglang.sglang_launch
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
+'''
+
+EXAMPLES = r'''
+- name: Validate a grid and plan its schedule (nothing is touched)
+  gpufleet.sglang.sglang_tune:
+    operation: plan
+    run_dir: /var/tmp/sweep-1
+    hosts: "{{ ansible_play_hosts_all }}"
+    draft_model_paths: {node-a: /models/eagle3-draft}
+    grid:
+      algorithm: [EAGLE3]
+      steps: [1, 2, 3, 5]
+      topk: [1]
+      draft_tokens: [auto]
+      benchmark: {concurrency: [1, 16], num_prompts: 100}
+      repeats: 3
+      seed: 7
+  run_once: true
+  check_mode: true
+  register: plan
+'''
+
+RETURN = r'''
+msg:
+  description: Lines to show (the plan and its schedule, a trial's progress line, the report's verdict).
+  returned: always
+  type: raw
+  sample: ["seed 7: 5 points (baseline included) x 3 repeats = 15 trials on 4 hosts in 4 rounds"]
+seed:
+  description: With V(plan) and V(report), the seed of the schedule and of the bootstrap.
+  returned: when operation is plan or report
+  type: int
+  sample: 7
+rounds:
+  description: With V(plan), the number of rounds.
+  returned: when operation is plan
+  type: int
+  sample: 4
+run:
+  description: With V(next), whether the host runs a trial this round.
+  returned: when operation is next
+  type: bool
+  sample: true
+trial:
+  description: With V(next), the trial (C(id), C(point), C(repeat), C(round), C(host), C(label)); null when idle.
+  returned: when operation is next
+  type: dict
+  sample: {id: 'EAGLE3-2-1-3@default#1', point: 'EAGLE3-2-1-3@default', repeat: 1, round: 0, host: node-a, label: EAGLE3 2/1/3}
+speculative:
+  description: With V(next), the trial's speculative parameters for M(gpufleet.sglang.sglang_launch); null for the baseline.
+  returned: when operation is next
+  type: dict
+  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}
+winner:
+  description: With V(report), the winner at the concurrency C(apply) uses, with its speculative parameters and
+    environment variant; null when nothing was measured.
+  returned: when operation is report
+  type: dict
+  sample: {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1, ci_low: 92.4, ci_high: 93.9}
+winners:
+  description: With V(report), the winner of each concurrency level.
+  returned: when operation is report
+  type: dict
+  sample: {'1': {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1}}
+files:
+  description: With V(report), the report files.
+  returned: when operation is report
+  type: dict
+  sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png}
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=dict(operation=dict(type='str', required=True), run_dir=dict(type='path', required=True)), supports_check_mode=True)
+    module.fail_json(msg='gpufleet.sglang.sglang_tune runs on the controller as an action plugin; it cannot run as a module on a host')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,358 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This plugin_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
+# at any time, in any release. Do not use it from other collections or from your own plugins.
+
+"""The tuning sweep's grid: its settings, its points and their seeded schedule over the fleet.
+
+A grid (docs/tuning.md) gives lists of ``steps``, ``topk``, ``draft_tokens`` (or ``auto``), ``algorithm`` and named
+``environment`` variants; their product, plus the baseline without speculation in every environment variant, are the
+points. Every point goes through the collection's one copy of SGLang's speculative rules (``_speculative.resolve``,
+strict, as a relaunch does) before anything is touched; the invalid ones are all listed at once.
+
+The schedule spreads ``repeats`` trials of every point over the hosts in rounds, every host busy in every round
+where trials are left, a point's repeats on different hosts where the fleet allows, in an order drawn from ``seed``.
+Pure functions: the controller computes the same schedule from the same grid, hosts and seed every time, which is
+what lets a rerun with the same run directory resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+import re
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
+
+GRID_KEYS = (
+    'algorithm',
+    'steps',
+    'topk',
+    'draft_tokens',
+    'environments',
+    'points',
+    'benchmark',
+    'repeats',
+    'seed',
+    'run_dir',
+    'adaptive',
+    'apply',
+    'apply_concurrency',
+)
+BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name')
+BENCHMARK_DEFAULTS = dict(
+    input_len=1024, output_len=1024, num_prompts=200, concurrency=[1], warmup_requests=1, range_ratio=0.0, timeout=3600.0, dataset_name='random'
+)
+DEFAULT_REPEATS = 3
+DEFAULT_ENVIRONMENT = 'default'
+AUTO = 'auto'
+NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$')
+ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+
+
+class GridError(ValueError):
+    """A grid that cannot be swept; ``problems`` lists every invalid field or point."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__('the grid is refused, nothing was touched:\n  - ' + '\n  - '.join(problems))
+        self.problems = problems
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _whole(field: str, value, minimum: int, problems: list[str]) -> int | None:
+    """An integer from an int or a string of digits (``-e steps=3`` arrives as text), else a problem."""
+    if isinstance(value, bool):
+        problems.append('%s: %r is not a whole number' % (field, value))
+        return None
+    if isinstance(value, str) and value.strip().lstrip('-').isdigit():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        problems.append('%s: %r is not a whole number' % (field, value))
+        return None
+    if value < minimum:
+        problems.append('%s: %d is out of range; it must be at least %d' % (field, value, minimum))
+        return None
+    return value
+
+
+def _truth(field: str, value, problems: list[str]) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ('true', 'yes', 'on', '1', 'false', 'no', 'off', '0', ''):
+        return value.strip().lower() in ('true', 'yes', 'on', '1')
+    if value is None:
+        return False
+    problems.append('%s: %r is not true or false' % (field, value))
+    return False
+
+
+def environments(value, problems: list[str]) -> dict[str, dict[str, str]]:
+    """Named environment variants: a mapping of name to variables; one empty variant when none is given."""
+    if value in (None, '', {}, []):
+        return {DEFAULT_ENVIRONMENT: {}}
+    if isinstance(value, list):
+        # A list of mappings: named env0, env1, ... (an empty mapping is the default).
+        value = dict((DEFAULT_ENVIRONMENT if not v else 'env%d' % i, v) for i, v in enumerate(value))
+    if not isinstance(value, dict):
+        problems.append('environments: %r is not a mapping of variant name to environment variables' % (value,))
+        return {DEFAULT_ENVIRONMENT: {}}
+    out: dict[str, dict[str, str]] = {}
+    for name, variables in value.items():
+        name = str(name)
+        if not NAME_RE.match(name):
+            problems.append('environments: variant name %r is not a name (letters, digits, ".", "_" and "-", 40 at most)' % name)
+            continue
+        if variables is None:
+            variables = {}
+        if not isinstance(variables, dict):
+            problems.append('environments.%s: %r is not a mapping of variable names to values' % (name, variables))
+            continue
+        for key, val in variables.items():
+            if not ENV_NAME_RE.match(str(key)):
+                problems.append('environments.%s: %r is not an environment variable name' % (name, key))
+            elif isinstance(val, (dict, list)) or val is None:
+                problems.append('environments.%s.%s: %r is not a value' % (name, key, val))
+        out[name] = dict((str(k), str(v)) for k, v in variables.items() if not isinstance(v, (dict, list)) and v is not None)
+    return out or {DEFAULT_ENVIRONMENT: {}}
+
+
+def benchmark_settings(value, problems: list[str]) -> dict:
+    settings: dict = dict(BENCHMARK_DEFAULTS)
+    if value in (None, ''):
+        value = {}
+    if not isinstance(value, dict):
+        problems.append('benchmark: %r is not a mapping' % (value,))
+        return settings
+    unknown = sorted(set(value) - set(BENCHMARK_KEYS))
+    if unknown:
+        problems.append('benchmark: unknown key(s) %s; use %s' % (', '.join(map(str, unknown)), ', '.join(BENCHMARK_KEYS)))
+    settings.update((k, v) for k, v in value.items() if k in BENCHMARK_KEYS and v is not None)
+    for key, minimum in (('input_len', 1), ('output_len', 1), ('num_prompts', 1), ('warmup_requests', 0)):
+        settings[key] = _whole('benchmark.%s' % key, settings[key], minimum, problems)
+    levels = []
+    for level in _as_list(settings['concurrency']):
+        number = _whole('benchmark.concurrency', level, 1, problems)
+        if number is not None and number not in levels:
+            levels.append(number)
+    if not levels:
+        problems.append('benchmark.concurrency: give at least one --max-concurrency level')
+    settings['concurrency'] = levels
+    bounds: tuple[tuple[str, float, float], ...] = (('range_ratio', 0.0, 1.0), ('timeout', 1.0, 1e7))
+    for key, low, high in bounds:
+        try:
+            amount = float(settings[key])
+        except (TypeError, ValueError):
+            problems.append('benchmark.%s: %r is not a number' % (key, settings[key]))
+            continue
+        if not math.isfinite(amount) or not low <= amount <= high:
+            problems.append('benchmark.%s: %s is out of range (%s to %s)' % (key, settings[key], low, high))
+        settings[key] = amount
+    if settings['dataset_name'] not in ('random', 'random-ids'):
+        problems.append('benchmark.dataset_name: %r is not one the sweep runs; use random or random-ids' % (settings['dataset_name'],))
+    return settings
+
+
+def point_id(point: dict) -> str:
+    """A short, stable name: ``baseline@env`` or ``EAGLE3-3-1-4@env``."""
+    if not point['algorithm']:
+        return 'baseline@%s' % point['environment']
+    return '%s-%s-%s-%s@%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'], point['environment'])
+
+
+def label(point: dict) -> str:
+    """How tables show a point: ``EAGLE3 3/1/4`` (steps/topk/draft tokens), ``baseline``; env variant appended."""
+    text = 'baseline' if not point['algorithm'] else '%s %s/%s/%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
+    return text if point['environment'] == DEFAULT_ENVIRONMENT else '%s %s' % (text, point['environment'])
+
+
+def resolve_point(algorithm, steps, topk, draft_tokens, draft_model_path, environment: str, field: str) -> dict:
+    """One point through SGLang's rules as a relaunch checks it (strict); raises SpeculativeError."""
+    if isinstance(draft_tokens, str) and draft_tokens.strip().lower() == AUTO:
+        # "auto" stands for the one value SGLang's rules allow; where they allow several, there is none.
+        probe = resolve(algorithm=algorithm, draft_model_path=draft_model_path, num_steps=steps, eagle_topk=topk, num_draft_tokens=1, strict=False)
+        fixed = probe['corrections'].get('num_draft_tokens')
+        if not fixed:
+            raise SpeculativeError(
+                field + '.num_draft_tokens',
+                AUTO,
+                'has no single value here: with eagle_topk %s SGLang takes several num_draft_tokens, so the grid must list them' % topk,
+            )
+        draft_tokens = fixed['effective']
+    resolved = resolve(
+        algorithm=algorithm,
+        draft_model_path=draft_model_path,
+        num_steps=steps,
+        eagle_topk=topk,
+        num_draft_tokens=draft_tokens,
+        strict=True,
+        field_prefix=field,
+    )
+    return dict(
+        algorithm=resolved['algorithm'],
+        num_steps=resolved['num_steps'],
+        eagle_topk=resolved['eagle_topk'],
+        num_draft_tokens=resolved['num_draft_tokens'],
+        environment=environment,
+    )
+
+
+def expand(grid: dict, draft_model_path: str | None = None) -> dict:
+    """The validated grid: settings and points. Raises GridError listing every problem."""
+    problems: list[str] = []
+    if not isinstance(grid, dict):
+        raise GridError(['the grid must be a mapping, got %r' % (grid,)])
+    # A key given as null or as an empty string (an extra variable the playbook did not get) is a key not given.
+    grid = dict((k, v) for k, v in grid.items() if v is not None and v != '')
+    unknown = sorted(k for k in grid if k not in GRID_KEYS)
+    if unknown:
+        problems.append('unknown grid key(s) %s; the grid takes %s' % (', '.join(unknown), ', '.join(GRID_KEYS)))
+    envs = environments(grid.get('environments'), problems)
+    bench = benchmark_settings(grid.get('benchmark'), problems)
+    repeats = _whole('repeats', grid.get('repeats', DEFAULT_REPEATS), 1, problems) or DEFAULT_REPEATS
+    seed = grid.get('seed')
+    seed = None if seed in (None, '') else _whole('seed', seed, 0, problems)
+    adaptive = _truth('adaptive', grid.get('adaptive', False), problems)
+    apply = _truth('apply', grid.get('apply', False), problems)
+    apply_concurrency = grid.get('apply_concurrency')
+    if apply_concurrency in (None, ''):
+        apply_concurrency = bench['concurrency'][0] if bench['concurrency'] else None
+    else:
+        apply_concurrency = _whole('apply_concurrency', apply_concurrency, 1, problems)
+        if apply_concurrency is not None and apply_concurrency not in bench['concurrency']:
+            problems.append('apply_concurrency: %s is not one of benchmark.concurrency %s' % (apply_concurrency, bench['concurrency']))
+
+    algorithms = _as_list(grid.get('algorithm')) or ['EAGLE']
+    steps_list = _as_list(grid.get('steps'))
+    topk_list = _as_list(grid.get('topk')) or [1]
+    draft_list = _as_list(grid.get('draft_tokens')) or [AUTO]
+    explicit = _as_list(grid.get('points'))
+    if not steps_list and not explicit:
+        problems.append('steps: give a list of speculative steps (and/or points); the baseline alone is no sweep')
+
+    candidates = []
+    for index, (algo, steps, topk, draft, env) in enumerate(itertools.product(algorithms, steps_list, topk_list, draft_list, envs)):
+        candidates.append(
+            (
+                'grid point %d (algorithm %s, steps %s, topk %s, draft_tokens %s, environment %s)' % (index + 1, algo, steps, topk, draft, env),
+                algo,
+                steps,
+                topk,
+                draft,
+                env,
+            )
+        )
+    for index, entry in enumerate(explicit):
+        if not isinstance(entry, dict):
+            problems.append('points[%d]: %r is not a mapping' % (index, entry))
+            continue
+        extra = sorted(set(entry) - {'algorithm', 'steps', 'topk', 'draft_tokens', 'environment'})
+        if extra:
+            problems.append('points[%d]: unknown key(s) %s' % (index, ', '.join(extra)))
+        env = str(entry.get('environment', DEFAULT_ENVIRONMENT if DEFAULT_ENVIRONMENT in envs else next(iter(envs))))
+        if env not in envs:
+            problems.append('points[%d].environment: %r is not one of the environment variants %s' % (index, env, ', '.join(envs)))
+            continue
+        candidates.append(
+            (
+                'points[%d]' % index,
+                entry.get('algorithm', algorithms[0]),
+                entry.get('steps'),
+                entry.get('topk', 1),
+                entry.get('draft_tokens', AUTO),
+                env,
+            )
+        )
+
+    points: list[dict] = []
+    seen: set[str] = set()
+    # The baseline is always measured, in every environment variant: without it no speedup, no step cost and no
+    # "distinguishable from the baseline" can be said.
+    for env in envs:
+        base: dict = dict(algorithm=None, num_steps=None, eagle_topk=None, num_draft_tokens=None, environment=env)
+        base['id'] = point_id(base)
+        points.append(base)
+        seen.add(base['id'])
+    for where, algo, steps, topk, draft, env in candidates:
+        if algo in (None, '') or (isinstance(algo, str) and algo.strip().lower() in ('none', 'baseline')):
+            problems.append('%s: algorithm %r: the baseline without speculation is always included; list speculative algorithms only' % (where, algo))
+            continue
+        try:
+            point = resolve_point(algo, steps, topk, draft, draft_model_path, env, 'speculative')
+        except SpeculativeError as exc:
+            problems.append('%s: %s' % (where, exc))
+            continue
+        if point['num_steps'] is None:
+            problems.append('%s: give steps, topk and draft_tokens: the sweep measures explicit parameters' % where)
+            continue
+        point['id'] = point_id(point)
+        if point['id'] not in seen:
+            seen.add(point['id'])
+            points.append(point)
+    if problems:
+        raise GridError(problems)
+    return dict(
+        points=points,
+        environments=envs,
+        benchmark=bench,
+        repeats=repeats,
+        seed=seed,
+        adaptive=adaptive,
+        apply=apply,
+        apply_concurrency=apply_concurrency,
+    )
+
+
+def draft_count(point: dict) -> int:
+    """Draft tokens of a point (0 for the baseline): ties between equally good points go to the fewer."""
+    return int(point.get('num_draft_tokens') or 0)
+
+
+def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adaptive: bool = False) -> list[dict[str, dict]]:
+    """Rounds of trials: each round maps a host to one trial ``{id, point, repeat}``.
+
+    The trials (every point ``repeats`` times) are shuffled with ``seed``, then dealt round by round: each host takes
+    the first trial left whose point it has not measured yet, else the first trial left, so that a point's repeats
+    land on different hosts where the fleet has enough of them and every host works in every round. With
+    ``adaptive`` the trials are ordered by speculative steps first (the baseline and short chains are measured
+    before the long ones, which the measurements may then show cannot win) and shuffled within each step count.
+    """
+    rng = random.Random(seed)
+    trials = [dict(id='%s#%d' % (p['id'], r + 1), point=p['id'], repeat=r + 1, steps=p.get('num_steps') or 0) for p in points for r in range(repeats)]
+    rng.shuffle(trials)
+    if adaptive:
+        trials.sort(key=lambda t: t['steps'])  # stable: shuffled within a step count
+    host_order = list(hosts)
+    measured: dict[str, set[str]] = dict((h, set()) for h in hosts)
+    rounds: list[dict[str, dict]] = []
+    while trials:
+        rng.shuffle(host_order)
+        this_round: dict[str, dict] = {}
+        for host in host_order:
+            if not trials:
+                break
+            pick = next((t for t in trials if t['point'] not in measured[host]), trials[0])
+            trials.remove(pick)
+            measured[host].add(pick['point'])
+            this_round[host] = dict(id=pick['id'], point=pick['point'], repeat=pick['repeat'])
+        rounds.append(this_round)
+    return rounds
+
+
+def fingerprint(plan: dict) -> str:
+    """What makes two runs the same sweep: points, repeats, benchmark, seed, hosts (a resume must match it)."""
+    keep = dict((k, plan[k]) for k in ('points', 'repeats', 'benchmark', 'seed', 'hosts', 'adaptive'))
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]

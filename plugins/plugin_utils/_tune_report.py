@@ -1,0 +1,570 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This plugin_utils is PRIVATE to the gpufleet.sglang collection. It may change or be removed
+# at any time, in any release. Do not use it from other collections or from your own plugins.
+
+"""The sweep's run directory on the controller: its trials, its summary, its report and its plot.
+
+``trials.jsonl`` holds one line per finished trial, appended under an ``flock`` because the controller's forks
+record trials of several hosts at once; a rerun reads it to skip what is done. ``summary.csv``, ``report.md`` and
+``plot.png`` are written from it (and from ``plan.json`` and ``fleet.json``) at the end. Trials hold no secret: the
+record takes named figures from the modules' results, never their arguments.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import os
+import statistics
+import time
+
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, draft_count, label
+
+TRIALS = 'trials.jsonl'
+PLAN = 'plan.json'
+FLEET = 'fleet.json'
+GRID = 'grid.yml'
+SUMMARY = 'summary.csv'
+REPORT = 'report.md'
+PLOT = 'plot.png'
+LEVEL_FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length')
+DONE = ('ok', 'failed', 'skipped')
+SUMMARY_COLUMNS = (
+    'point',
+    'algorithm',
+    'steps',
+    'topk',
+    'draft_tokens',
+    'environment',
+    'concurrency',
+    'trials_measured',
+    'trials_failed',
+    'median_tok_s',
+    'q1_tok_s',
+    'q3_tok_s',
+    'iqr_tok_s',
+    'ci95_low_tok_s',
+    'ci95_high_tok_s',
+    'accept_length',
+    'p_estimate',
+    'step_cost',
+    'mean_ttft_ms',
+    'p99_ttft_ms',
+    'mean_itl_ms',
+    'p99_itl_ms',
+    'winner',
+    'skipped',
+)
+
+
+def write_private(path: str, text: str | bytes) -> None:
+    """Replace ``path`` atomically, readable by its owner only (reports name hosts and paths)."""
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'wb') as handle:
+        handle.write(text.encode() if isinstance(text, str) else text)
+    os.replace(tmp, path)
+
+
+def read_json(path: str):
+    try:
+        with open(path, encoding='utf-8') as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def append_trial(run_dir: str, record: dict) -> None:
+    """One line in trials.jsonl, whole, whatever other forks append at the same time."""
+    line = (json.dumps(record, sort_keys=True, default=str) + '\n').encode()
+    fd = os.open(os.path.join(run_dir, TRIALS), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def load_trials(run_dir: str) -> list[dict]:
+    """Every trial recorded; the last record of a trial wins; a torn last line (a killed run) is ignored."""
+    found: dict[str, dict] = {}
+    try:
+        with open(os.path.join(run_dir, TRIALS), encoding='utf-8') as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get('trial'):
+                    found[record['trial']] = record
+    except FileNotFoundError:
+        return []
+    return list(found.values())
+
+
+def done_trials(run_dir: str) -> set[str]:
+    return set(t['trial'] for t in load_trials(run_dir) if t.get('status') in DONE)
+
+
+# ------------------------------------------------------------------ aggregation
+
+
+def level_values(trials: list[dict], point: str, concurrency: int) -> list[dict]:
+    """The measured benchmark runs of a point at a concurrency (no failed request, no error)."""
+    out = []
+    for trial in trials:
+        if trial.get('point') != point or trial.get('status') not in ('ok', 'failed'):
+            continue
+        for level in trial.get('levels') or []:
+            if level.get('concurrency') == concurrency and level.get('measured'):
+                out.append(level)
+    return out
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
+    """One row per point and concurrency level, with its statistics (empty when nothing measured)."""
+    rows = []
+    skipped = dict((t['point'], t.get('reason')) for t in trials if t.get('status') == 'skipped')
+    for point in plan['points']:
+        mine = [t for t in trials if t.get('point') == point['id']]
+        failures = [t for t in mine if t.get('status') == 'failed']
+        for index, concurrency in enumerate(plan['benchmark']['concurrency']):
+            levels = level_values(trials, point['id'], concurrency)
+            tok_s = [lv['output_throughput'] for lv in levels]
+            row = dict(
+                point=point,
+                id=point['id'],
+                label=label(point),
+                concurrency=concurrency,
+                draft_tokens=draft_count(point),
+                steps=point.get('num_steps') or 0,
+                values=tok_s,
+                hosts=sorted(set(t['host'] for t in mine if t.get('status') in ('ok', 'failed'))),
+                stats=stats.summarize(tok_s, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id']))),
+                failed=len(failures),
+                failures=[dict(host=t.get('host'), trial=t.get('trial'), reason=t.get('reason')) for t in failures],
+                skipped=skipped.get(point['id']),
+            )
+            for figure in LEVEL_FIGURES[1:]:
+                row[figure] = _mean([lv.get(figure) for lv in levels])
+            if not point['algorithm']:
+                row['accept_length'] = None
+            rows.append(row)
+    return rows
+
+
+def families(rows: list[dict], concurrency: int) -> dict[tuple, dict]:
+    """Speculative rows at one concurrency grouped by (algorithm, topk, environment), with the step arithmetic."""
+    baselines = dict(
+        (r['point']['environment'], r['stats'].get('median')) for r in rows if r['concurrency'] == concurrency and not r['point']['algorithm'] and r['stats']
+    )
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        point = row['point']
+        if row['concurrency'] != concurrency or not point['algorithm']:
+            continue
+        key = (point['algorithm'], point['eagle_topk'], point['environment'])
+        groups.setdefault(key, []).append(row)
+    out = {}
+    for key, members in groups.items():
+        baseline = baselines.get(key[2])
+        measured = [
+            dict(steps=r['steps'], tok_s=r['stats'].get('median'), accept_length=r.get('accept_length'), id=r['id'], draft_tokens=r['draft_tokens'])
+            for r in members
+            if r['stats']
+        ]
+        arithmetic = stats.step_arithmetic(measured, baseline)
+        out[key] = dict(baseline=baseline, arithmetic=arithmetic, turn=stats.turn(arithmetic), rows=members)
+    return out
+
+
+def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
+    """Why ``point`` cannot win, from what is measured so far (None: measure it).
+
+    Only a speculative point with more steps than every measured point of its family is judged: the chain model,
+    fed with the family's measurements at the concurrency apply uses, predicts its tok/s; when that prediction stays
+    below the best median measured in the family (or the baseline), the point is skipped.
+    """
+    if not point.get('algorithm'):
+        return None
+    concurrency = plan['apply_concurrency']
+    rows = aggregate(plan, trials)
+    group = families(rows, concurrency).get((point['algorithm'], point['eagle_topk'], point['environment']))
+    if not group or group['baseline'] is None:
+        return None
+    measured = [r for r in group['arithmetic'] if r.get('p') is not None]
+    if len(measured) < 2 or point['num_steps'] <= max(r['steps'] for r in measured):
+        return None
+    if stats.turn(group['arithmetic']) is None:
+        return None
+    guess = stats.predict(group['arithmetic'], group['baseline'], point['num_steps'])
+    if guess is None:
+        return None
+    best = max([r['tok_s'] for r in measured if r.get('tok_s')] + [group['baseline']])
+    if guess['tok_s'] >= best:
+        return None
+    return (
+        'beyond the turn: the chain model from the measured points (p %.2f from %d steps, a step costing %.2f target '
+        'forwards) predicts %.1f tok/s at %d steps, below the best measured %.1f tok/s at concurrency %d'
+        % (guess['p'], guess['from_steps'], guess['step_cost'], guess['tok_s'], point['num_steps'], best, concurrency)
+    )
+
+
+def decide(plan: dict, rows: list[dict]) -> dict:
+    """Winners per concurrency level and the one apply uses."""
+    per_level = {}
+    for concurrency in plan['benchmark']['concurrency']:
+        per_level[concurrency] = stats.choose([r for r in rows if r['concurrency'] == concurrency])
+    applied = per_level.get(plan['apply_concurrency']) or {}
+    return dict(per_level=per_level, apply=applied.get('winner'), apply_concurrency=plan['apply_concurrency'])
+
+
+# ------------------------------------------------------------------ writers
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return '-'
+    if isinstance(value, float):
+        return '%.*f' % (digits, value)
+    return str(value)
+
+
+def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator='\n')
+    writer.writerow(SUMMARY_COLUMNS)
+    for row in rows:
+        point, st = row['point'], row['stats']
+        winner = (decision['per_level'].get(row['concurrency']) or {}).get('winner')
+        extra = arithmetic.get((row['id'], row['concurrency']), {})
+        writer.writerow(
+            [
+                row['id'],
+                point['algorithm'] or 'none',
+                point['num_steps'] or 0,
+                point['eagle_topk'] or '',
+                point['num_draft_tokens'] or 0,
+                point['environment'],
+                row['concurrency'],
+                st.get('n', 0),
+                row['failed'],
+                _fmt(st.get('median'), 2),
+                _fmt(st.get('q1'), 2),
+                _fmt(st.get('q3'), 2),
+                _fmt(st.get('iqr'), 2),
+                _fmt(st.get('ci_low'), 2),
+                _fmt(st.get('ci_high'), 2),
+                _fmt(row.get('accept_length'), 3),
+                _fmt(extra.get('p'), 3),
+                _fmt(extra.get('step_cost'), 3),
+                _fmt(row.get('mean_ttft_ms'), 1),
+                _fmt(row.get('p99_ttft_ms'), 1),
+                _fmt(row.get('mean_itl_ms'), 2),
+                _fmt(row.get('p99_itl_ms'), 2),
+                'yes' if winner is not None and winner['id'] == row['id'] else 'no',
+                'yes' if row.get('skipped') else 'no',
+            ]
+        )
+    return buffer.getvalue()
+
+
+def _interval(st: dict) -> str:
+    return '[%.1f, %.1f]' % (st['ci_low'], st['ci_high']) if st else '-'
+
+
+def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict) -> str:
+    lines = ['# Speculative decoding sweep', '']
+    lines.append(
+        'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts, %d rounds.'
+        % (plan['run_dir'], plan['seed'], len(plan['points']), plan['repeats'], len(plan['hosts']), len(plan['schedule']))
+    )
+    bench = plan['benchmark']
+    lines.append(
+        'Benchmark: `python -m sglang.benchmark.serving --backend sglang --dataset-name %s --random-input-len %d '
+        '--random-output-len %d --num-prompts %d --warmup-requests %d --max-concurrency C` for C in %s.'
+        % (
+            bench['dataset_name'],
+            bench['input_len'],
+            bench['output_len'],
+            bench['num_prompts'],
+            bench['warmup_requests'],
+            ', '.join(map(str, bench['concurrency'])),
+        )
+    )
+    lines += ['', 'Reproduce (same grid, same seed, a new run directory):', '', '```sh', plan['command'], '```', '']
+    winner = decision['apply']
+    if winner:
+        lines.append(
+            '**Winner** at concurrency %d (what `apply` uses): **%s**, %.1f tok/s (95%% interval %s).'
+            % (decision['apply_concurrency'], winner['label'], winner['stats']['median'], _interval(winner['stats']))
+        )
+    else:
+        lines.append('**No winner**: no point was measured at concurrency %d.' % decision['apply_concurrency'])
+    lines.append('')
+    for concurrency, choice in decision['per_level'].items():
+        lines.append('## Concurrency %d' % concurrency)
+        lines.append('')
+        lines.append(
+            '| rank | point | tok/s (median) | 95% interval | IQR | accept length | mean TTFT (ms) | p99 TTFT (ms) '
+            '| mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |'
+        )
+        lines.append('| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |')
+        level_rows = [r for r in rows if r['concurrency'] == concurrency]
+        level_rows.sort(key=lambda r: -(r['stats'].get('median') or -1.0))
+        for number, row in enumerate(level_rows, 1):
+            st = row['stats']
+            mark = ' **(winner)**' if choice.get('winner') is not None and choice['winner']['id'] == row['id'] else ''
+            lines.append(
+                '| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d%s |'
+                % (
+                    number if st else '-',
+                    row['label'],
+                    mark,
+                    _fmt(st.get('median')),
+                    _interval(st),
+                    _fmt(st.get('iqr')),
+                    _fmt(row.get('accept_length'), 2),
+                    _fmt(row.get('mean_ttft_ms')),
+                    _fmt(row.get('p99_ttft_ms')),
+                    _fmt(row.get('mean_itl_ms'), 2),
+                    _fmt(row.get('p99_itl_ms'), 2),
+                    st.get('n', 0),
+                    row['failed'],
+                    ' (skipped)' if row.get('skipped') else '',
+                )
+            )
+        lines.append('')
+        lines += _verdict(choice, concurrency)
+        lines.append('')
+    winners = dict((c, ch['winner']['label']) for c, ch in decision['per_level'].items() if ch.get('winner'))
+    if len(set(winners.values())) > 1:
+        lines.append(
+            'The best point depends on the load: %s. `apply` uses the winner at concurrency %d (grid key `apply_concurrency`).'
+            % ('; '.join('%s at concurrency %d' % (w, c) for c, w in winners.items()), decision['apply_concurrency'])
+        )
+        lines.append('')
+    lines += _why(fams, decision['apply_concurrency'])
+    skipped = [t for t in trials if t.get('status') == 'skipped']
+    if skipped:
+        lines += ['## Skipped (adaptive)', '']
+        seen = set()
+        for trial in skipped:
+            if trial['point'] not in seen:
+                seen.add(trial['point'])
+                lines.append('- %s: %s' % (trial['point'], trial.get('reason')))
+        lines.append('')
+    failed = [t for t in trials if t.get('status') == 'failed']
+    if failed:
+        lines += ['## Failed trials (excluded)', '']
+        for trial in sorted(failed, key=lambda t: t['trial']):
+            lines.append('- %s on %s: %s' % (trial['trial'], trial.get('host'), trial.get('reason')))
+        lines.append('')
+    lines += ['## Fleet', '', '| host | GPUs | model | SGLang | before the sweep |', '| --- | --- | --- | --- | --- |']
+    for host, facts in sorted((fleet or {}).get('hosts', {}).items()):
+        lines.append(
+            '| %s | %s x %s | %s | %s | %s |'
+            % (host, facts.get('gpu_count'), facts.get('gpu_name'), facts.get('model_path'), facts.get('sglang_version'), facts.get('before_label'))
+        )
+    lines.append('')
+    if timing:
+        lines += ['## Time', '']
+        lines.append(
+            'Sweep wall time %.1f s for %d trials; the hosts benchmarked at the same time for %.0f%% of the rounds\' benchmark time '
+            '(the busiest round had %d hosts benchmarking at once).'
+            % (timing['wall'], timing['trials'], 100 * timing['parallel_share'], timing['max_parallel'])
+        )
+        lines.append('')
+    lines.append('Files: `trials.jsonl` (every trial), `summary.csv` (one row per point and concurrency), `plot.png`.')
+    return '\n'.join(lines) + '\n'
+
+
+def _verdict(choice: dict, concurrency: int) -> list[str]:
+    winner = choice.get('winner')
+    if not winner:
+        return ['Nothing was measured at this concurrency.']
+    out = ['Winner: **%s** with the best lower bound, %.1f tok/s.' % (winner['label'], winner['stats']['ci_low'])]
+    runner = choice.get('runner_up')
+    if runner is not None:
+        if choice['distinct_from_runner_up']:
+            out.append('It is distinguishable from the runner-up, %s (intervals do not overlap).' % runner['label'])
+        else:
+            out.append(
+                'It is **not distinguishable** from the runner-up, %s: their intervals overlap (%s and %s); more repeats would tell.'
+                % (runner['label'], _interval(winner['stats']), _interval(runner['stats']))
+            )
+    baseline = choice.get('baseline')
+    if baseline is not None and baseline is not runner:
+        if choice['distinct_from_baseline']:
+            out.append('It is distinguishable from the baseline (%s, %.1f tok/s).' % (_interval(baseline['stats']), baseline['stats']['median']))
+        else:
+            out.append('It is **not distinguishable** from the baseline without speculation (%s).' % _interval(baseline['stats']))
+    if not winner['point']['algorithm']:
+        out.append('No speculative point beats running without speculation at concurrency %d.' % concurrency)
+    return out
+
+
+def _why(fams: dict, concurrency: int) -> list[str]:
+    out = ['## Why the winner wins (concurrency %d)' % concurrency, '']
+    out.append(
+        'Chain model: accept length A = 1 + p + p^2 + ... + p^steps, solved for p; a verify cycle costs T = B x A / R target forwards '
+        '(B the baseline\'s tok/s, R the point\'s), a draft step c = (T - 1) / steps. The next step adds p^(steps+1) tokens per cycle '
+        '(gain, relative to A) for c more (cost, relative to T): it pays while gain/A > c/T.'
+    )
+    out.append('')
+    for (algorithm, topk, env), fam in sorted(fams.items(), key=lambda kv: str(kv[0])):
+        title = '%s, topk %s%s' % (algorithm, topk, '' if env == DEFAULT_ENVIRONMENT else ', environment %s' % env)
+        out.append('### %s (baseline %s tok/s)' % (title, _fmt(fam['baseline'])))
+        out.append('')
+        if topk != 1:
+            out.append('(topk %s drafts a tree; p is the acceptance of an equivalent chain.)' % topk)
+            out.append('')
+        out.append('| steps | tok/s | accept length | p | cycle cost T | step cost c | next step adds (tok/cycle) | gain/A | c/T | pays |')
+        out.append('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |')
+        for row in fam['arithmetic']:
+            ratio = row['gain_next'] / row['accept_length'] if row.get('gain_next') is not None and row.get('accept_length') else None
+            out.append(
+                '| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |'
+                % (
+                    row['steps'],
+                    _fmt(row.get('tok_s')),
+                    _fmt(row.get('accept_length'), 2),
+                    _fmt(row.get('p'), 2),
+                    _fmt(row.get('cycle_cost'), 2),
+                    _fmt(row.get('step_cost'), 2),
+                    _fmt(row.get('gain_next'), 3),
+                    _fmt(ratio, 3),
+                    _fmt(row.get('cost_next'), 3),
+                    '-' if row.get('pays_next') is None else ('yes' if row['pays_next'] else 'no'),
+                )
+            )
+        out.append('')
+        if fam['turn'] is not None:
+            out.append('The curve turns at %d steps: beyond it a step costs more of the cycle than the tokens it adds.' % fam['turn'])
+        else:
+            out.append('No turn within the measured steps.')
+        out.append('')
+    return out
+
+
+def plot_png(path: str, rows: list[dict], concurrency: int, title: str) -> None:
+    """tok/s against steps with interval bars, one line per (algorithm, topk, environment), the baseline as a
+    horizontal line, the accept length on a second axis. Raises ImportError without matplotlib."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use('Agg')
+    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+
+    figure, axis = pyplot.subplots(figsize=(8, 5), dpi=100)
+    second = axis.twinx()
+    level = [r for r in rows if r['concurrency'] == concurrency and r['stats']]
+    groups: dict[tuple, list] = {}
+    for row in level:
+        point = row['point']
+        if point['algorithm']:
+            groups.setdefault((point['algorithm'], point['eagle_topk'], point['environment']), []).append(row)
+    colours = pyplot.rcParams['axes.prop_cycle'].by_key()['color']
+    for index, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: str(kv[0]))):
+        members.sort(key=lambda r: r['steps'])
+        colour = colours[index % len(colours)]
+        xs = [r['steps'] for r in members]
+        ys = [r['stats']['median'] for r in members]
+        below = [r['stats']['median'] - r['stats']['ci_low'] for r in members]
+        above = [r['stats']['ci_high'] - r['stats']['median'] for r in members]
+        name = '%s topk %s%s' % (key[0], key[1], '' if key[2] == DEFAULT_ENVIRONMENT else ' %s' % key[2])
+        axis.errorbar(xs, ys, yerr=[below, above], marker='o', capsize=4, color=colour, label='%s tok/s' % name)
+        accept = [(r['steps'], r['accept_length']) for r in members if r.get('accept_length')]
+        if accept:
+            second.plot([a[0] for a in accept], [a[1] for a in accept], linestyle=':', marker='s', color=colour, alpha=0.6, label='%s accept length' % name)
+    for index, row in enumerate(r for r in level if not r['point']['algorithm']):
+        env = row['point']['environment']
+        axis.axhline(
+            row['stats']['median'],
+            color='black',
+            linestyle='--',
+            linewidth=1,
+            alpha=0.8 - 0.2 * index,
+            label='baseline%s %.1f tok/s' % ('' if env == DEFAULT_ENVIRONMENT else ' ' + env, row['stats']['median']),
+        )
+    from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_xlabel('speculative steps')
+    axis.set_ylabel('output tok/s (median, 95% interval)')
+    second.set_ylabel('accept length (tok/step)')
+    axis.set_title(title)
+    handles, labels = axis.get_legend_handles_labels()
+    more_handles, more_labels = second.get_legend_handles_labels()
+    axis.legend(handles + more_handles, labels + more_labels, loc='best', fontsize=8)
+    axis.grid(True, alpha=0.3)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format='png')
+    pyplot.close(figure)
+    write_private(path, buffer.getvalue())
+
+
+def timing(trials: list[dict]) -> dict:
+    """How parallel the sweep really was, from the benchmark windows the hosts recorded."""
+    windows = [t['benchmark_window'] for t in trials if t.get('benchmark_window')]
+    spans = [t['span'] for t in trials if t.get('span')]
+    if not windows or not spans:
+        return {}
+    start = min(s['start'] for s in spans)
+    end = max(s['end'] for s in spans)
+    events = sorted([(w['start'], 1) for w in windows] + [(w['end'], -1) for w in windows])
+    busy = parallel = 0.0
+    running = peak = 0
+    last = events[0][0]
+    for moment, step in events:
+        if running:
+            busy += moment - last
+        if running > 1:
+            parallel += moment - last
+        running += step
+        peak = max(peak, running)
+        last = moment
+    return dict(wall=end - start, trials=len(spans), parallel_share=parallel / busy if busy else 0.0, max_parallel=peak, start=start, end=end)
+
+
+def write_all(run_dir: str, plan: dict, title: str | None = None) -> dict:
+    """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints."""
+    trials = load_trials(run_dir)
+    fleet = read_json(os.path.join(run_dir, FLEET)) or {}
+    rows = aggregate(plan, trials)
+    decision = decide(plan, rows)
+    arithmetic = {}
+    fams_by_level = {}
+    for concurrency in plan['benchmark']['concurrency']:
+        fams_by_level[concurrency] = families(rows, concurrency)
+        for fam in fams_by_level[concurrency].values():
+            for item in fam['arithmetic']:
+                arithmetic[(item['id'], concurrency)] = item
+    spent = timing(trials)
+    write_private(os.path.join(run_dir, SUMMARY), summary_csv(rows, decision, arithmetic))
+    write_private(
+        os.path.join(run_dir, REPORT),
+        report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent),
+    )
+    plot_png(
+        os.path.join(run_dir, PLOT),
+        rows,
+        plan['apply_concurrency'],
+        title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed']),
+    )
+    return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level)
+
+
+def now() -> float:
+    return round(time.time(), 3)
