@@ -6,6 +6,11 @@ ansible-runner in it inside the execution environment, and reads the job's statu
 This does the same on this machine: the project is this repository's playbooks, ansible.cfg and
 collections link (what a project sync checks out), the inventory a script printing the simulated
 fleet, and the extra variables those of awx_survey.launch_extra_vars.
+
+With an ExecutionEnvironment (run_job(..., ee=...)) the job runs as AWX runs it in an execution
+environment: ansible-runner's container mode with AWX's own parameters (podman, --user=root, the
+image, the machine credential's SSH key given to ansible-runner, which feeds it to ssh-agent inside
+the container through a fifo), the project a copy of the checkout, and the hosts reached over SSH.
 """
 
 from __future__ import annotations
@@ -33,12 +38,33 @@ AWX_ENV = dict(
 
 
 @dataclass
+class ExecutionEnvironment:
+    """What AWX's build_execution_environment_params gives ansible-runner (awx/main/tasks/jobs.py).
+
+    AWX passes container_options ['--user=root'] plus settings.DEFAULT_CONTAINER_RUN_OPTIONS (by
+    default a slirp4netns network); here the network is the podman network the SSH hosts are on.
+    volume_mounts are AWX_ISOLATION_SHOW_PATHS ('src:dest:z').
+    """
+
+    image: str
+    network: str
+    ssh_key: str = field(repr=False)
+    volume_mounts: list = field(default_factory=list)
+    environ: dict = field(default_factory=dict, repr=False)  # podman's own environment (CONTAINERS_CONF)
+
+
+@dataclass
 class Job:
     status: str
     rc: int
     events: list = field(repr=False)
     stdout: str = field(repr=False)
     seconds: float = 0.0
+    artifacts_dir: Path | None = None  # ansible-runner's artifacts/<ident>: AWX_ISOLATED_DATA_DIR inside the job
+
+    def artifacts(self) -> dict:
+        """What AWX keeps as the job's `artifacts` field: set_stats data, from playbook_on_stats."""
+        return self.stats().get('artifact_data') or {}
 
     def stats(self) -> dict:
         [stats] = [e['event_data'] for e in self.events if e['event'] == 'playbook_on_stats']
@@ -70,46 +96,94 @@ class Job:
         return '\n'.join(lines)
 
 
-def write_inventory(path: Path, fleet: dict, group: str = 'gpu_servers') -> Path:
-    """An inventory script printing the fleet (host -> vars) in one group, as AWX writes one per job."""
+def write_inventory(path: Path, fleet: dict, group: str = 'gpu_servers', interpreter: str = sys.executable) -> Path:
+    """An inventory script printing the fleet (host -> vars) in one group, as AWX writes one per job
+    (AWX's starts with `#! /usr/bin/env python3`: the interpreter of the execution environment)."""
     data = {group: {'hosts': sorted(fleet)}, '_meta': {'hostvars': fleet}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('#!%s\nprint(%r)\n' % (sys.executable, json.dumps(data)))
+    path.write_text('#!%s\nprint(%r)\n' % (interpreter, json.dumps(data)))
     path.chmod(0o700)
     return path
 
 
-def _prepare(pdd: Path, extra_vars: dict, fleet: dict) -> Path:
+# What a project sync of this repository checks out and the jobs need (the collection's own tree, so
+# that collections/ansible_collections/gpufleet/sglang, a relative link to the root, resolves in it).
+PROJECT_PATHS = ('ansible.cfg', 'galaxy.yml', 'collections', 'meta', 'playbooks', 'plugins', 'roles', 'awx')
+
+
+def _prepare(pdd: Path, extra_vars: dict, fleet: dict, ee: ExecutionEnvironment | None = None) -> Path:
     if pdd.exists():
         shutil.rmtree(pdd)
     project = pdd / 'project'
-    shutil.copytree(REPO / 'playbooks', project / 'playbooks')
-    shutil.copy(REPO / 'ansible.cfg', project / 'ansible.cfg')
-    # The checkout's collections/ansible_collections/gpufleet/sglang points at the checkout itself.
-    link = project / 'collections' / 'ansible_collections' / 'gpufleet' / 'sglang'
-    link.parent.mkdir(parents=True)
-    link.symlink_to(REPO)
-    inventory = write_inventory(pdd / 'inventory' / 'hosts', fleet)
+    if ee is None:
+        shutil.copytree(REPO / 'playbooks', project / 'playbooks')
+        shutil.copy(REPO / 'ansible.cfg', project / 'ansible.cfg')
+        # The checkout's collections/ansible_collections/gpufleet/sglang points at the checkout itself.
+        link = project / 'collections' / 'ansible_collections' / 'gpufleet' / 'sglang'
+        link.parent.mkdir(parents=True)
+        link.symlink_to(REPO)
+        inventory = write_inventory(pdd / 'inventory' / 'hosts', fleet)
+    else:
+        # Inside the container only the private data directory exists: the project is a copy.
+        project.mkdir(parents=True)
+        for name in PROJECT_PATHS:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, project / name, symlinks=True, ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+            else:
+                shutil.copy(source, project / name)
+        inventory = write_inventory(pdd / 'inventory' / 'hosts', fleet, interpreter='/usr/bin/env python3')
     (pdd / 'env').mkdir()
     (pdd / 'env' / 'extravars').write_text(yaml.safe_dump(extra_vars))
     return inventory
 
 
-def _runner_args(pdd: Path, template: dict, inventory: Path, timeout: int) -> dict:
-    envvars = dict(AWX_ENV, PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')), PYTHONPATH=str(SIMGPU))
-    return dict(private_data_dir=str(pdd), playbook=template['playbook'], inventory=str(inventory), envvars=envvars, quiet=True, timeout=timeout)
+def _runner_args(pdd: Path, template: dict, inventory: Path, timeout: int, ee: ExecutionEnvironment | None = None) -> dict:
+    if ee is None:
+        envvars = dict(AWX_ENV, PATH='%s:%s' % (VENV_BIN, os.environ.get('PATH', '')), PYTHONPATH=str(SIMGPU))
+        return dict(private_data_dir=str(pdd), playbook=template['playbook'], inventory=str(inventory), envvars=envvars, quiet=True, timeout=timeout)
+    # The environment inside the container is the job's only: AWX_ENV, nothing from this process.
+    return dict(
+        private_data_dir=str(pdd),
+        playbook=template['playbook'],
+        inventory=str(inventory),
+        envvars=dict(AWX_ENV),
+        quiet=True,
+        timeout=timeout,
+        process_isolation=True,
+        process_isolation_executable='podman',
+        container_image=ee.image,
+        container_options=['--user=root', '--network', ee.network],
+        container_volume_mounts=list(ee.volume_mounts),
+        ssh_key=ee.ssh_key,
+    )
 
 
 def _job(runner, started: float) -> Job:
     stdout = runner.stdout.read() if runner.stdout else ''
-    return Job(status=runner.status, rc=runner.rc, events=list(runner.events), stdout=stdout, seconds=time.monotonic() - started)
+    artifacts_dir = Path(runner.config.artifact_dir)
+    return Job(status=runner.status, rc=runner.rc, events=list(runner.events), stdout=stdout, seconds=time.monotonic() - started, artifacts_dir=artifacts_dir)
 
 
-def run_job(pdd: Path, template: dict, extra_vars: dict, fleet: dict, timeout: int = 240) -> Job:
-    """Launch `template` (an entry of awx/job_templates.yml) with the job's extra variables; wait for it."""
-    inventory = _prepare(pdd, extra_vars, fleet)
+def run_job(pdd: Path, template: dict, extra_vars: dict, fleet: dict, timeout: int = 240, ee: ExecutionEnvironment | None = None) -> Job:
+    """Launch `template` (an entry of awx/job_templates.yml) with the job's extra variables; wait for it.
+    With `ee`, in the execution environment (see ExecutionEnvironment)."""
+    inventory = _prepare(pdd, extra_vars, fleet, ee)
     started = time.monotonic()
-    runner = ansible_runner.run(**_runner_args(pdd, template, inventory, timeout))
+    if ee is None:
+        runner = ansible_runner.run(**_runner_args(pdd, template, inventory, timeout))
+    else:
+        # ansible-runner starts podman with this process's environment (plus the job's).
+        saved = dict((k, os.environ.get(k)) for k in ee.environ)
+        os.environ.update(ee.environ)
+        try:
+            runner = ansible_runner.run(**_runner_args(pdd, template, inventory, timeout, ee))
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     return _job(runner, started)
 
 
