@@ -9,7 +9,7 @@ extra variables the job then gets. Messages are AWX's.
 from __future__ import annotations
 
 # Question types and the Python type of their default (JobTemplateSurveySpec.ALLOWED_TYPES).
-ALLOWED_TYPES = {
+ALLOWED_TYPES: dict[str, type | tuple[type, ...]] = {
     'text': str,
     'textarea': str,
     'password': str,
