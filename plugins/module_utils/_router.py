@@ -486,7 +486,10 @@ class Membership:
 
     def _wait_routed(self, todo, by_key: dict, added_at: float, baseline: dict) -> None:
         """Proof that the router sends it requests: its counter in the router's metrics rises (or it has
-        requests in flight there), or, for a router without metrics, the worker's own load is above 0."""
+        requests in flight there), or, for a router without metrics, the worker's own load is above 0.
+        routed_timeout 0 skips it (routed stays null): registering servers on an idle fleet."""
+        if self.routed_timeout <= 0:
+            return
         deadline = time.monotonic() + self.routed_timeout
         keys = sorted({w['key'] for w, _r in todo})
         api_keys = dict((w['key'], w['api_key']) for w, _r in todo)

@@ -123,7 +123,9 @@ options:
     type: float
     default: 60
   routed_timeout:
-    description: Seconds, once healthy, to wait for proof that a router sends the worker requests.
+    description:
+      - Seconds, once healthy, to wait for proof that a router sends the worker requests.
+      - V(0) does not wait (RV(workers[].routed) stays null), for registering servers of a fleet that may be idle.
     type: float
     default: 30
   require_routed:

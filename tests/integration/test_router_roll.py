@@ -1,0 +1,170 @@
+"""relaunch.yml behind the real sglang-router 0.3.2: a rolling relaunch under load loses no request.
+
+Three simulated SGLang servers (they drain like SGLang 0.5.23: 503 on /health after SIGTERM, new requests still
+accepted, exit once nothing is in flight) behind the real router, started here on loopback and stopped at the end.
+Twelve closed-loop clients, half streaming, keep every server busy through the roll. With the router steps
+(leave, drain, relaunch, verified re-add) no client sees a failure and the router neither retried nor got a
+non-2xx answer; the negative control relaunches the same fleet without them (the router left out of the
+inventory) under the same load, and clients must see failures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from relaunch_fleet import host_vars, recap, run, state, stop_all, table, warnings, write_inventory
+from router_load import Load, Router, request
+
+CLIENTS = 12
+
+
+def failures(records: list[dict]) -> list[dict]:
+    return [r for r in records if not r['ok']]
+
+
+def steps_running(hvars: dict) -> int:
+    current = state(hvars)
+    assert current is not None, 'no state file'
+    return current['config']['speculative']['num_steps']
+
+
+def server(hvars: dict) -> dict:
+    current = state(hvars)
+    assert current is not None, 'no state file'
+    return current
+
+
+def write_routed_inventory(path, fleet: dict, router: Router, **router_vars):
+    """The fleet as gpu_servers and the router as the one host of sglang_routers (reached at its loopback URLs)."""
+    lb = dict(
+        ansible_connection='local',
+        sglang_router_url=router.url,
+        sglang_router_metrics_url=router.metrics_url,
+        sglang_router_workers_group='gpu_servers',
+    )
+    lb.update(router_vars)
+    path.write_text(json.dumps(dict(gpu_servers=dict(hosts=fleet), sglang_routers=dict(hosts={'lb-1': lb})), indent=2))
+    return path
+
+
+@pytest.fixture
+def routed(make_host, tmp_path):
+    hosts = [make_host('gpu-%s' % n, gpu_count=2) for n in 'abc']
+    fleet = dict((h.name, host_vars(h, sglang_server_stop_timeout=3)) for h in hosts)
+    plain = write_inventory(tmp_path / 'plain.json', fleet)
+    router = Router(tmp_path / 'router.log')
+    try:
+        routed = write_routed_inventory(tmp_path / 'routed.json', fleet, router)
+        yield dict(hosts=hosts, vars=fleet, plain=plain, routed=routed, router=router, tmp=tmp_path)
+    finally:
+        router.stop()
+        stop_all(plain)
+
+
+def start(fleet: dict) -> None:
+    """Serve EAGLE 2/1/3 everywhere, then add the servers to the router (playbooks/router.yml, register only)."""
+    first = run(fleet['plain'], 'relaunch.yml', '-e', 'batch=3')
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr
+    added = run(fleet['routed'], 'router.yml', '--tags', 'sglang_router_register')
+    assert added.returncode == 0, added.stdout[-4000:] + added.stderr
+    workers = fleet['router'].workers()
+    assert sorted(w['url'] for w in workers) == sorted('http://127.0.0.1:%d' % v['sglang_server_port'] for v in fleet['vars'].values()), workers
+    assert all(w['is_healthy'] for w in workers), workers
+    again = run(fleet['routed'], 'router.yml', '--tags', 'sglang_router_register')
+    assert again.returncode == 0 and all(c['changed'] == 0 for c in recap(again.stdout).values()), again.stdout[-3000:]
+
+
+def test_rolling_relaunch_behind_the_router_fails_no_request_and_without_it_does(routed):
+    router = routed['router']
+    start(routed)
+
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    try:
+        out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', timeout=240)
+    finally:
+        records = load.stop()
+    print('with the router steps: %d requests, %d failed' % (len(records), len(failures(records))))
+    print('\n'.join(table(out.stdout)))
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    assert not warnings(out), warnings(out)
+    assert len(records) > 100, len(records)
+    assert failures(records) == [], failures(records)[:10]
+    counted = router.counters()
+    print('router counters:', counted)
+    assert counted['retries'] == 0 and counted['upstream_not_2xx'] == 0 and counted['worker_failures'] == 0, counted
+
+    # Every server relaunched with the new parameters, back in the router, healthy, and served during the roll.
+    rows = table(out.stdout)
+    assert 'DRAIN (s)  SERVED (req)  RESULT' in rows[0], rows
+    for name, hvars in routed['vars'].items():
+        assert steps_running(hvars) == 3, name
+        row = next(r for r in rows if r.startswith(name))
+        assert 'EAGLE 2/1/3' in row and 'EAGLE 3/1/4' in row and row.endswith('relaunched'), row
+        drain, served = row.split()[-3:-1]
+        assert float(drain) >= 0 and int(served) > 0, row
+    workers = router.workers()
+    assert len(workers) == 3 and all(w['is_healthy'] for w in workers), workers
+    # One host at a time: the servers' down windows never overlap, so two servers always served.
+    spans = sorted((server(v)['last_window']['start'], server(v)['last_window']['end']) for v in routed['vars'].values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    # Requests went on during each window, to the others.
+    for start_, end in spans:
+        assert any(start_ <= r['start'] <= end for r in records), (start_, end)
+
+    # Negative control: the same roll without the router steps (the router is not in the inventory), same load.
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    try:
+        bare = run(routed['plain'], 'relaunch.yml', '-e', 'steps=4', '-e', 'batch=1', timeout=240)
+    finally:
+        records = load.stop()
+    print('without them: %d requests, %d failed: %s' % (len(records), len(failures(records)), sorted({r['reason'][:60] for r in failures(records)})))
+    assert bare.returncode == 0, bare.stdout[-4000:] + bare.stderr
+    assert all(steps_running(v) == 4 for v in routed['vars'].values())
+    assert len(failures(records)) > 0, 'a relaunch without the router steps lost no request: the test cannot fail'
+
+
+def test_preflight_refuses_a_router_it_cannot_reach_before_anything_stops(routed):
+    start(routed)
+    pids = dict((name, server(v)['pid']) for name, v in routed['vars'].items())
+    bad = write_routed_inventory(routed['tmp'] / 'bad.json', routed['vars'], routed['router'], sglang_router_url='http://lb-1.invalid:30080')
+    for args in ((), ('--check',)):
+        out = run(bad, 'relaunch.yml', '-e', 'steps=3', *args)
+        assert out.returncode != 0
+        assert 'router http://lb-1.invalid:30080 cannot be reached' in out.stdout, out.stdout[-4000:]
+        assert 'Relaunch the fleet, rolling' not in out.stdout
+        assert dict((name, server(v)['pid']) for name, v in routed['vars'].items()) == pids
+        assert all(steps_running(v) == 2 for v in routed['vars'].values())
+    # Nothing was removed from the real router either.
+    assert len(routed['router'].workers()) == 3
+
+
+def test_check_mode_reports_a_server_the_router_does_not_know_and_the_roll_does_not_add_it(routed):
+    start(routed)
+    router = routed['router']
+    outsider = next(w for w in router.workers() if w['url'].endswith(':%d' % routed['vars']['gpu-c']['sglang_server_port']))
+    status, _body = request('DELETE', router.url + '/workers/' + outsider['id'])
+    assert status == 202
+    check = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '--check')
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert 'gpu-c: not known to any router, so relaunched without the router steps and not added' in check.stdout, check.stdout[-4000:]
+    assert len(router.workers()) == 2
+    out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3')
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert all(steps_running(v) == 3 for v in routed['vars'].values())
+    assert sorted(w['url'] for w in router.workers()) == sorted('http://127.0.0.1:%d' % routed['vars'][n]['sglang_server_port'] for n in ('gpu-a', 'gpu-b'))
+
+
+def test_the_last_healthy_worker_is_never_taken_out(routed):
+    start(routed)
+    router = routed['router']
+    # Only gpu-a left in the router: relaunching it would leave none.
+    for worker in router.workers():
+        if not worker['url'].endswith(':%d' % routed['vars']['gpu-a']['sglang_server_port']):
+            assert request('DELETE', router.url + '/workers/' + worker['id'])[0] == 202
+    pid = server(routed['vars']['gpu-a'])['pid']
+    out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'target=gpu-a')
+    assert out.returncode != 0
+    assert 'would leave 0 healthy worker(s)' in out.stdout, out.stdout[-4000:]
+    assert server(routed['vars']['gpu-a'])['pid'] == pid and steps_running(routed['vars']['gpu-a']) == 2
+    assert len(router.workers()) == 1
