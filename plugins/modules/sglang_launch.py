@@ -506,7 +506,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NVML_
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import READY_PATHS, LaunchError
 
-INSTANCE_OPTIONS = dict(
+INSTANCE_OPTIONS: dict[str, dict] = dict(
     name=dict(type='str', required=True),
     model_path=dict(type='str'),
     served_model_name=dict(type='str'),

@@ -4,57 +4,10 @@
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _nvml
-
-MIB = 1024 * 1024
-
-
-class FakeError(Exception):
-    def __init__(self, value):
-        super().__init__('NVML error %d' % value)
-        self.value = value
-
-
-def fake_pynvml(gpus, v2=True, fail_init=None):
-    """A stand-in for pynvml with `gpus`: list of dicts (uuid, used, reserved, total, procs)."""
-    calls = []
-
-    def memory(handle, version=None):
-        gpu = gpus[handle]
-        if version is not None and not v2:
-            raise FakeError(13)
-        if version is None:
-            return types.SimpleNamespace(
-                total=gpu['total'] * MIB, used=(gpu['used'] + gpu['reserved']) * MIB, free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB
-            )
-        return types.SimpleNamespace(
-            total=gpu['total'] * MIB, used=gpu['used'] * MIB, reserved=gpu['reserved'] * MIB, free=(gpu['total'] - gpu['used'] - gpu['reserved']) * MIB
-        )
-
-    def init():
-        calls.append('init')
-        if fail_init:
-            raise FakeError(fail_init)
-
-    return types.SimpleNamespace(
-        NVMLError=FakeError,
-        calls=calls,
-        nvmlInit=init,
-        nvmlShutdown=lambda: calls.append('shutdown'),
-        nvmlDeviceGetCount=lambda: len(gpus),
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetUUID=lambda h: gpus[h]['uuid'].encode(),
-        nvmlDeviceGetMemoryInfo=memory,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p, usedGpuMemory=m if m is None else m * MIB) for p, m in gpus[h]['procs']],
-    )
-
-
-def gpu(uuid, used=0, procs=()):
-    return dict(uuid=uuid, used=used, reserved=527, total=81559, procs=list(procs))
+from ansible_collections.gpufleet.sglang.tests.unit.plugins.fakes import fake_pynvml, gpu
 
 
 @pytest.fixture

@@ -10,9 +10,7 @@ import stat
 
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _relaunch as relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_launch as launch
-from ansible_collections.gpufleet.sglang.plugins.module_utils import _supervisors as supervisors
 
 
 @pytest.mark.parametrize(
@@ -77,28 +75,3 @@ def test_port_holders_finds_this_process():
         sock.listen()
         listening, pids = launch.port_holders(sock.getsockname()[1])
     assert listening and os.getpid() in pids
-
-
-def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
-    lock = relaunch.HostLock(str(tmp_path))
-    with lock:
-        with pytest.raises(launch.LaunchError, match=r'^another relaunch runs on this host: pid %d \(user ' % os.getpid()):
-            relaunch.HostLock(str(tmp_path)).acquire()
-        with pytest.raises(launch.LaunchError):
-            relaunch.HostLock(str(tmp_path)).probe()
-    # Released with its holder: the next one takes it at once.
-    with relaunch.HostLock(str(tmp_path)):
-        pass
-
-
-def test_a_unit_file_this_collection_did_not_write_is_refused(tmp_path):
-    supervisor = supervisors.SystemdSupervisor('llama')
-    supervisor.unit_file = str(tmp_path / 'sglang-llama.service')
-    assert supervisor.foreign_unit('/var/lib/gpufleet-sglang') is None  # no unit yet
-    ours = launch.unit_text('llama', ['/venv/bin/python'], '/var/lib/gpufleet-sglang/llama.env', '/l.log', None, 60, None)
-    (tmp_path / 'sglang-llama.service').write_text(ours)
-    assert supervisor.foreign_unit('/var/lib/gpufleet-sglang/') is None
-    # The same unit name written for another state directory, or by hand, is someone else's.
-    assert 'was not written by gpufleet.sglang' in supervisor.foreign_unit('/srv/other-state')
-    (tmp_path / 'sglang-llama.service').write_text('[Unit]\nDescription=hand-made\n')
-    assert 'was not written by gpufleet.sglang' in supervisor.foreign_unit('/var/lib/gpufleet-sglang')

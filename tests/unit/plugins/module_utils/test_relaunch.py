@@ -1,0 +1,260 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""InstanceSpec and Relaunch (sglang_launch's transaction): validation, conflicts and decide(), as data.
+
+NVML is a stand-in with four GPUs; the ports, /proc and the supervisors are stand-ins where a case
+needs them. The options start from sglang_launch's own argument spec, so a changed default shows here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _instance, _nvml
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _relaunch as relaunch
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import LaunchError
+from ansible_collections.gpufleet.sglang.plugins.modules import sglang_launch
+from ansible_collections.gpufleet.sglang.tests.unit.plugins.fakes import fake_pynvml, gpu
+
+PORT = 31000
+
+
+def instance(**overrides) -> dict:
+    """One instance's options as AnsibleModule gives them: the spec's defaults, a hub model, this Python."""
+    params = dict((key, spec.get('default')) for key, spec in sglang_launch.INSTANCE_OPTIONS.items())
+    params.update(name='llama', model_path='meta-llama/Llama-3.1-8B-Instruct', python=sys.executable, gpus=['0'], port=PORT, supervisor='process')
+    params.update(overrides)
+    return params
+
+
+def host_params(state_dir: str, instances: list, **overrides) -> dict:
+    params = dict(
+        state='started',
+        instances=instances,
+        state_dir=state_dir,
+        rollback=True,
+        sglang_version=None,
+        gpu_clean_timeout=120.0,
+        max_used_mib=64,
+        smoke_prompt=_instance.SMOKE_PROMPT,
+    )
+    params.update(overrides)
+    return params
+
+
+class FakeHost:
+    """Four GPUs (``held``: GPU index -> [(pid, MiB)]), the listening ports, and no process of /proc known."""
+
+    def __init__(self, monkeypatch, tmp_path) -> None:
+        self.monkeypatch = monkeypatch
+        self.state_dir = str(tmp_path / 'state')
+        self.ports: dict = {}
+        self.held: dict = {}
+        monkeypatch.setattr(relaunch, 'port_holders', lambda port: self.ports.get(port, (False, [])))
+        monkeypatch.setattr(relaunch, 'read_process', lambda pid: None)
+        monkeypatch.setattr(_nvml, 'read_process', lambda pid: None)
+        # Anything past validation is a failure of these tests: nothing may run.
+        monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: pytest.fail('validation passed and the relaunch ran'))
+
+    def relaunch(self, instances: list, check_mode: bool = False, **params) -> relaunch.Relaunch:
+        gpus = [gpu('GPU-%08d-0000-0000-0000-000000000000' % i, procs=self.held.get(i, ())) for i in range(4)]
+        self.monkeypatch.setattr(_nvml, 'pynvml', fake_pynvml(gpus))
+        return relaunch.Relaunch(host_params(self.state_dir, instances, **params), check_mode, False, lambda text: None)
+
+
+@pytest.fixture
+def fake_host(monkeypatch, tmp_path) -> FakeHost:
+    return FakeHost(monkeypatch, tmp_path)
+
+
+# id: (instances, host options, GPUs held {index: [(pid, MiB)]}, ports {port: (listening, pids)}, message)
+BAD = {
+    'name': ([instance(name='bad name!')], {}, {}, {}, r"^name: 'bad name!' is not allowed"),
+    'ready_timeout 0': ([instance(ready_timeout=0.0)], {}, {}, {}, r'^instance llama: ready_timeout: 0.0 is out of range'),
+    'ready_timeout nan': ([instance(ready_timeout=float('nan'))], {}, {}, {}, r'^instance llama: ready_timeout: nan is out of range'),
+    'stop_timeout': ([instance(stop_timeout=-1.0)], {}, {}, {}, r'^instance llama: stop_timeout: -1.0 is out of range'),
+    'model_path missing': ([instance(model_path='/nonexistent/model')], {}, {}, {}, r'model_path: /nonexistent/model does not exist on this host'),
+    'model_path flag': ([instance(model_path='--help')], {}, {}, {}, r'''model_path: '--help' starts with "-"'''),
+    'model_path unset': ([instance(model_path=None)], {}, {}, {}, r'model_path: is required when state is started'),
+    'port 0': ([instance(port=0)], {}, {}, {}, r'port: 0 is out of range; it must be 1-65535'),
+    'port true': ([instance(port=True)], {}, {}, {}, r'port: True is out of range'),
+    'host': ([instance(host='a/b')], {}, {}, {}, r"host: 'a/b' is not a bare address or host name"),
+    'gpu selector': ([instance(gpus=['x'])], {}, {}, {}, r"gpus: 'x' is neither a GPU index"),
+    'gpu twice': ([instance(gpus=['0', '00'])], {}, {}, {}, r"gpus: \['0', '00'\] names the same GPU twice"),
+    'gpu absent': ([instance(gpus=['9'])], {}, {}, {}, r'gpus: GPU 9 does not exist on host .*, which has 4 GPU\(s\)'),
+    'tp_size against gpus': ([instance(tp_size=2)], {}, {}, {}, r"tp_size: 2 does not match gpus \['0'\]"),
+    'tp_size too large': ([instance(tp_size=8, gpus=[])], {}, {}, {}, r'tp_size: 8 is more than the 4 GPU\(s\) of this host'),
+    'tp_size 0': ([instance(tp_size=0)], {}, {}, {}, r'tp_size: 0 is out of range'),
+    'python': ([instance(python='/nonexistent/python')], {}, {}, {}, r"python: '/nonexistent/python' is not an executable Python interpreter"),
+    'run_as': ([instance(run_as='no-such-user-gpufleet')], {}, {}, {}, r"run_as: user 'no-such-user-gpufleet' does not exist on this host"),
+    'api_key': ([instance(api_key='sk-a\nb')], {}, {}, {}, r'^instance llama: api_key: the value contains a control or non-ASCII character$'),
+    'environment reserved': ([instance(environment={'CUDA_VISIBLE_DEVICES': '1'})], {}, {}, {}, r'environment.CUDA_VISIBLE_DEVICES: is set by the module'),
+    'environment secret': ([instance(environment={'HF_TOKEN': 'hf_x'})], {}, {}, {}, r'environment.HF_TOKEN: looks like a secret'),
+    'environment name': ([instance(environment={'1BAD': 'x'})], {}, {}, {}, r"environment: '1BAD' is not a valid environment variable name"),
+    'environment value': ([instance(environment={'A': 'x\ny'})], {}, {}, {}, r'environment.A: the value contains a NUL or line break'),
+    'extra_args config': ([instance(extra_args={'config': '/tmp/x.yaml'})], {}, {}, {}, r'extra_args.config: --config is refused'),
+    'extra_args unknown': ([instance(extra_args={'no-such-flag': 1})], {}, {}, {}, r'no-such-flag.* is not a flag of SGLang'),
+    'speculative algorithm': ([instance(speculative=dict(algorithm='BOGUS'))], {}, {}, {}, r"speculative.algorithm: 'BOGUS' is not"),
+    'smoke_max_tokens': ([instance(smoke_max_tokens=-1)], {}, {}, {}, r'smoke_max_tokens: -1 is out of range'),
+    'smoke_min_tok_s': ([instance(smoke_min_tok_s=-1.0)], {}, {}, {}, r'smoke_min_tok_s: -1.0 is out of range'),
+    'no instance': ([], {}, {}, {}, r'^instances: no instance given$'),
+    'gpu_clean_timeout': ([instance()], dict(gpu_clean_timeout=0.0), {}, {}, r'^gpu_clean_timeout: 0.0 is out of range'),
+    'max_used_mib': ([instance()], dict(max_used_mib=-1), {}, {}, r'^max_used_mib: -1 is out of range'),
+    'two names alike': ([instance(), instance(gpus=['1'], port=PORT + 1)], {}, {}, {}, r"^instances\[1\].name: 'llama' is also the name of instances\[0\]"),
+    'a shared GPU': (
+        [instance(gpus=['0', '1'], tp_size=2), instance(name='qwen', gpus=['1', '2'], port=PORT + 1)],
+        {},
+        {},
+        {},
+        r"^instance qwen: gpus: \['1', '2'\] shares GPU\(s\) 1 with instance llama \(\['0', '1'\]\)",
+    ),
+    'a shared port': ([instance(), instance(name='qwen', gpus=['1'])], {}, {}, {}, r'^instance qwen: port: 31000 is also the port of instance llama'),
+    'a GPU held by someone else': (
+        [instance()],
+        {},
+        {0: [(4242, 1000)]},
+        {},
+        r'^instance llama: gpus: GPU 0 is held by pid 4242, 1000 MiB, which is no server of this task',
+    ),
+    'a port held by someone else': ([instance()], {}, {}, {PORT: (True, [4243])}, r'^instance llama: port: 31000 is already in use by another process'),
+    'a port held out of sight': (
+        [instance()],
+        {},
+        {},
+        {PORT: (True, [])},
+        r'^instance llama: port: 31000 is already in use by a process not visible on this host',
+    ),
+}
+
+
+@pytest.mark.parametrize('instances, options, held, ports, message', list(BAD.values()), ids=list(BAD))
+def test_a_bad_input_is_refused_naming_field_and_value_before_anything(fake_host, instances, options, held, ports, message):
+    fake_host.held, fake_host.ports = held, ports
+    with pytest.raises(relaunch.SpecError) as info:
+        fake_host.relaunch(instances, **options).run()
+    assert re.search(message, str(info.value)), str(info.value)
+    assert 'sk-a' not in str(info.value)
+    # Refused before anything was written: not even the state directory exists.
+    assert not os.path.exists(fake_host.state_dir)
+
+
+def test_the_default_instance_is_valid(fake_host):
+    """The case every row of BAD changes one thing of: it must pass, or BAD proves nothing."""
+    plan = fake_host.relaunch([instance()], check_mode=True).run()
+    assert plan['instances'][0]['result'] == 'would start' and plan['changed'] is True
+    assert not os.path.exists(fake_host.state_dir)
+
+
+class FakeSupervisor:
+    """A supervisor whose server runs or not as a case says; it records stops and starts."""
+
+    kind = 'process'
+
+    def __init__(self, running: bool, leftovers: bool = False) -> None:
+        self.is_running = running
+        self.has_leftovers = leftovers
+        self.calls: list = []
+
+    def running(self, state):
+        return bool(state) and self.is_running
+
+    def leftovers(self, state):
+        return self.has_leftovers
+
+    def owns(self, pid, state):
+        return False
+
+    def stop(self, state, stop_timeout):
+        self.calls.append('stop')
+        return dict(signal='SIGTERM', seconds=0.1, killed=[])
+
+    def start(self, *args):
+        self.calls.append('start')
+        raise LaunchError('this test starts nothing')
+
+
+# id: (state option, stored state: None or {hash: same|other, marker: bool}, running, leftovers, /health, action)
+DECISIONS = {
+    'nothing recorded: start': ('started', None, False, False, None, 'start'),
+    'recorded, not running: start': ('started', dict(hash='same'), False, False, None, 'start'),
+    'same configuration, healthy: unchanged': ('started', dict(hash='same'), True, False, 200, 'unchanged'),
+    'same configuration, unhealthy: relaunch': ('started', dict(hash='same'), True, False, 503, 'relaunch'),
+    'same configuration, no answer: relaunch': ('started', dict(hash='same'), True, False, None, 'relaunch'),
+    'another configuration: relaunch': ('started', dict(hash='other'), True, False, 200, 'relaunch'),
+    'an interrupted relaunch left it: relaunch': ('started', dict(hash='same', marker=True), True, False, 200, 'relaunch'),
+    'restarted: relaunch even when unchanged': ('restarted', dict(hash='same'), True, False, 200, 'relaunch'),
+    'restarted, not running: start': ('restarted', dict(hash='same'), False, False, None, 'start'),
+    'stopped, running: stop': ('stopped', dict(hash='same'), True, False, 200, 'stop'),
+    'stopped, orphans left: stop': ('stopped', dict(hash='same'), False, True, None, 'stop'),
+    'stopped, nothing left: nothing': ('stopped', dict(hash='same'), False, False, None, 'nothing'),
+}
+WORDING = {'start': 'would start', 'relaunch': 'would relaunch', 'stop': 'would stop', 'unchanged': 'unchanged', 'nothing': 'unchanged'}
+
+
+def recorded_host(fake_host, monkeypatch, stored, running, leftovers, health) -> FakeSupervisor:
+    """Write the state file a previous run would have left, with the configuration hash the case asks for."""
+    supervisor = FakeSupervisor(running, leftovers)
+    monkeypatch.setattr(_instance.Instance, 'supervisor', lambda self, state, kind='auto': supervisor)
+    monkeypatch.setattr(_instance.Instance, 'health', lambda self, state, timeout=5.0: health)
+    if stored is not None:
+        probe = fake_host.relaunch([instance()], check_mode=True)
+        probe.validate()
+        state = dict(
+            name='llama',
+            supervisor='process',
+            running=running,
+            pid=4321,
+            config=probe.specs[0].desired,
+            config_hash=probe.specs[0].desired_hash() if stored['hash'] == 'same' else 'another',
+            url='http://127.0.0.1:%d' % PORT,
+        )
+        if stored.get('marker'):
+            state['relaunch'] = dict(pid=99999, started='2026-01-01T00:00:00+00:00', phase='wait until ready')
+        os.makedirs(fake_host.state_dir, mode=0o700)
+        with open(os.path.join(fake_host.state_dir, 'llama.json'), 'w', encoding='utf-8') as handle:
+            json.dump(state, handle)
+    return supervisor
+
+
+@pytest.mark.parametrize('mode, stored, running, leftovers, health, action', list(DECISIONS.values()), ids=list(DECISIONS))
+def test_decide_and_the_check_mode_plan(fake_host, monkeypatch, mode, stored, running, leftovers, health, action):
+    supervisor = recorded_host(fake_host, monkeypatch, stored, running, leftovers, health)
+    job = fake_host.relaunch([instance()], check_mode=True, state=mode)
+    job.validate()
+    assert job.decide(job.specs[0]) == action
+    plan = fake_host.relaunch([instance()], check_mode=True, state=mode).run()
+    row = plan['instances'][0]
+    changed = action not in ('unchanged', 'nothing')
+    assert (row['action'], row['result'], row['changed'], plan['changed']) == (action, WORDING[action], changed, changed)
+    assert supervisor.calls == []
+
+
+def test_an_unchanged_instance_is_left_alone_by_a_real_run(fake_host, monkeypatch):
+    """The no-change fast path: the lock is taken, nothing is stopped or started, changed is false."""
+    supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
+    monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: [self.run_one(self.specs[0])])
+    result = fake_host.relaunch([instance()]).run()
+    row = result['instances'][0]
+    assert (result['changed'], row['result'], row['action'], row['pid']) == (False, 'unchanged', 'unchanged', 4321)
+    assert supervisor.calls == []
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), encoding='utf-8') as handle:
+        assert 'relaunch' not in json.load(handle)
+
+
+def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
+    lock = relaunch.HostLock(str(tmp_path))
+    with lock:
+        with pytest.raises(LaunchError, match=r'^another relaunch runs on this host: pid %d \(user ' % os.getpid()):
+            relaunch.HostLock(str(tmp_path)).acquire()
+        with pytest.raises(LaunchError):
+            relaunch.HostLock(str(tmp_path)).probe()
+    # Released with its holder: the next one takes it at once.
+    with relaunch.HostLock(str(tmp_path)):
+        pass
