@@ -56,6 +56,15 @@ def load_plan(run_dir: str) -> dict:
     return plan
 
 
+def clip(text, limit: int = 700) -> str:
+    """One line of at most ``limit`` characters that keeps both ends: a server log's error is at its end."""
+    text = ' '.join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return '%s ... %s' % (text[:head], text[-(limit - head - 5) :])
+
+
 def speculative_of(point: dict) -> dict | None:
     """sglang_launch's speculative keys for a point; None for the baseline."""
     if not point.get('algorithm'):
@@ -277,19 +286,19 @@ class ActionModule(ActionBase):
         reason = None
         if launch.get('failed') or record['launch']['result'] not in ('started', 'relaunched', 'unchanged'):
             message = instance.get('message') or launch.get('msg') or 'the relaunch failed'
-            reason = 'the server did not start with these parameters (%s): %s' % (record['launch']['result'] or 'failed', ' '.join(str(message).split())[:600])
+            reason = 'the server did not start with these parameters (%s): %s' % (record['launch']['result'] or 'failed', clip(message))
         elif not levels:
-            reason = 'the benchmark did not run: %s' % ' '.join(str(bench.get('msg') or 'no result').split())[:600]
+            reason = 'the benchmark did not run: %s' % clip(bench.get('msg') or 'no result')
         else:
             bad = [lv for lv in levels if not lv.get('measured')]
             if bad:
-                reason = '; '.join('concurrency %s: %s' % (lv.get('concurrency'), lv.get('error') or 'not measured') for lv in bad)[:600]
+                reason = clip('; '.join('concurrency %s: %s' % (lv.get('concurrency'), lv.get('error') or 'not measured') for lv in bad))
         record['status'] = 'failed' if reason else 'ok'
         record['reason'] = reason
         if not self._task.check_mode:
             store.append_trial(run_dir, record)
         first = next((lv for lv in levels if lv.get('measured')), None)
-        line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % reason if reason else '')
+        line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % clip(reason, 200) if reason else '')
         if not reason and first:
             line += '%s tok/s, accept length %s (concurrency %s)' % (
                 '%.1f' % first['output_throughput'] if first.get('output_throughput') is not None else '-',

@@ -16,10 +16,10 @@ description:
   - Returns per level the output tokens per second, mean and p99 time to first token and inter-token latency, the
     accept length the server reports, and how many requests completed and failed. A level whose client fails or
     that has any failed request is returned with C(measured=false) and the reason, and the task fails.
-  - The API key reaches the client through the environment variable C(OPENAI_API_KEY), which it sends as
+  - "The API key reaches the client through the environment variable C(OPENAI_API_KEY), which it sends as
     C(Authorization: Bearer <key>); it is never on the command line, in the result or in the log. The client's
     output file (which carries the server's C(/server_info), the key included) lives in a private temporary
-    directory that is removed at once.
+    directory that is removed at once."
 extends_documentation_fragment:
   - gpufleet.sglang.attributes
 attributes:
@@ -133,7 +133,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 levels:
-  description: One entry per concurrency level, in the order given (check mode: only C(concurrency) and C(argv)).
+  description: One entry per concurrency level, in the order given (in check mode only C(concurrency) and C(argv)).
   returned: always
   type: list
   elements: dict

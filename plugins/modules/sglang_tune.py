@@ -10,7 +10,7 @@ module: sglang_tune
 short_description: Plan, record and report a speculative-decoding sweep on the controller
 version_added: 0.1.0
 description:
-  - The controller side of C(playbooks/tune.yml) (C(ansible-playbook gpufleet.sglang.tune)). An action plugin: it runs
+  - The controller side of C(playbooks/tune.yml) (C(ansible-playbook gpufleet.sglang.tune)). An action plugin, it runs
     on the controller only, contacts no host and transfers no module. Each O(operation) reads and writes the run
     directory O(run_dir), which holds the plan, the trials and the report.
   - V(plan) validates the whole grid before any host is touched (every point through the collection's copy of SGLang's

@@ -324,32 +324,34 @@ def draft_count(point: dict) -> int:
 def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adaptive: bool = False) -> list[dict[str, dict]]:
     """Rounds of trials: each round maps a host to one trial ``{id, point, repeat}``.
 
-    The trials (every point ``repeats`` times) are shuffled with ``seed``, then dealt round by round: each host takes
-    the first trial left whose point it has not measured yet, else the first trial left, so that a point's repeats
-    land on different hosts where the fleet has enough of them and every host works in every round. With
-    ``adaptive`` the trials are ordered by speculative steps first (the baseline and short chains are measured
-    before the long ones, which the measurements may then show cannot win) and shuffled within each step count.
+    Every point gets ``repeats`` trials, each on the least loaded host that has not measured the point yet (ties
+    drawn with ``seed``; a host measures a point twice only when the fleet has fewer hosts than repeats), so the
+    hosts' loads differ by one trial at most and every host works in every round but the last. Each host then runs
+    its trials in an order drawn with ``seed``; with ``adaptive``, by speculative steps first (the baseline and
+    short chains before the long ones, which the measurements may then show cannot win), drawn within a step count.
     """
     rng = random.Random(seed)
-    trials = [dict(id='%s#%d' % (p['id'], r + 1), point=p['id'], repeat=r + 1, steps=p.get('num_steps') or 0) for p in points for r in range(repeats)]
-    rng.shuffle(trials)
-    if adaptive:
-        trials.sort(key=lambda t: t['steps'])  # stable: shuffled within a step count
-    host_order = list(hosts)
-    measured: dict[str, set[str]] = dict((h, set()) for h in hosts)
-    rounds: list[dict[str, dict]] = []
-    while trials:
-        rng.shuffle(host_order)
-        this_round: dict[str, dict] = {}
-        for host in host_order:
-            if not trials:
-                break
-            pick = next((t for t in trials if t['point'] not in measured[host]), trials[0])
-            trials.remove(pick)
-            measured[host].add(pick['point'])
-            this_round[host] = dict(id=pick['id'], point=pick['point'], repeat=pick['repeat'])
-        rounds.append(this_round)
-    return rounds
+    order = list(points)
+    rng.shuffle(order)
+    load = dict((h, 0) for h in hosts)
+    queues: dict[str, list[dict]] = dict((h, []) for h in hosts)
+    for point in order:
+        used: set[str] = set()
+        for repeat in range(repeats):
+            if len(used) == len(hosts):
+                used = set()
+            candidates = [h for h in hosts if h not in used]
+            least = min(load[h] for h in candidates)
+            pick = rng.choice(sorted(h for h in candidates if load[h] == least))
+            used.add(pick)
+            load[pick] += 1
+            queues[pick].append(dict(id='%s#%d' % (point['id'], repeat + 1), point=point['id'], repeat=repeat + 1, steps=point.get('num_steps') or 0))
+    for host in hosts:
+        rng.shuffle(queues[host])
+        if adaptive:
+            queues[host].sort(key=lambda t: t['steps'])  # stable: drawn within a step count
+    length = max((len(q) for q in queues.values()), default=0)
+    return [dict((h, dict(id=q[i]['id'], point=q[i]['point'], repeat=q[i]['repeat'])) for h, q in sorted(queues.items()) if i < len(q)) for i in range(length)]
 
 
 def fingerprint(plan: dict) -> str:

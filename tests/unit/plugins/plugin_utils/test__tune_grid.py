@@ -1,0 +1,168 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The sweep's grid: its points, its refusals and its schedule. Cases as data."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
+
+DRAFT = '/models/eagle-draft'
+
+POINTS = [
+    # (grid, expected point ids in order: the baselines first)
+    (dict(steps=[2, 3]), ['baseline@default', 'EAGLE-2-1-3@default', 'EAGLE-3-1-4@default']),
+    # -e steps=3 arrives as text; auto follows SGLang's topk-1 rule
+    (dict(steps=['3'], draft_tokens=['auto']), ['baseline@default', 'EAGLE-3-1-4@default']),
+    # trees take their draft tokens from the grid
+    (dict(algorithm=['EAGLE3'], steps=[3], topk=[4], draft_tokens=[8, 16]), ['baseline@default', 'EAGLE3-3-4-8@default', 'EAGLE3-3-4-16@default']),
+    # NEXTN stays NEXTN (SGLang runs it as EAGLE); the same point twice is measured once
+    (dict(algorithm=['nextn'], steps=[2, 2]), ['baseline@default', 'NEXTN-2-1-3@default']),
+    # environment variants are a dimension, each with its own baseline
+    (
+        dict(steps=[2], environments=dict(default={}, ring=dict(NCCL_ALGO='Ring'))),
+        ['baseline@default', 'baseline@ring', 'EAGLE-2-1-3@default', 'EAGLE-2-1-3@ring'],
+    ),
+    # explicit points beside the product mix chains and trees
+    (dict(steps=[2], points=[dict(steps=3, topk=4, draft_tokens=8)]), ['baseline@default', 'EAGLE-2-1-3@default', 'EAGLE-3-4-8@default']),
+    # null and empty values are keys not given (the playbook passes unset extra variables as '')
+    (dict(steps=[2], seed='', repeats=None, environments=''), ['baseline@default', 'EAGLE-2-1-3@default']),
+]
+
+REFUSED = [
+    # (grid, draft model path, every problem expected, by a fragment)
+    (
+        dict(steps=[0]),
+        DRAFT,
+        ['grid point 1 (algorithm EAGLE, steps 0, topk 1, draft_tokens auto, environment default): speculative.num_steps: 0 is not allowed'],
+    ),
+    (dict(steps=[2], draft_tokens=[8]), DRAFT, ['speculative.num_draft_tokens: 8 would be changed to 3 by SGLang']),
+    (dict(steps=[2], topk=[4]), DRAFT, ["speculative.num_draft_tokens: 'auto' has no single value here: with eagle_topk 4"]),
+    (dict(steps=[2]), None, ['speculative.draft_model_path: None is not allowed: EAGLE needs a draft model']),
+    (dict(steps=[2], algorithm=['MEDUSA']), DRAFT, ["speculative.algorithm: 'MEDUSA' is not a speculative algorithm of SGLang"]),
+    (dict(steps=[2], algorithm=['none']), DRAFT, ['the baseline without speculation is always included']),
+    (dict(), DRAFT, ['steps: give a list of speculative steps']),
+    (dict(steps=[2], stpes=[3]), DRAFT, ['unknown grid key(s) stpes']),
+    (dict(steps=[2], repeats=0), DRAFT, ['repeats: 0 is out of range; it must be at least 1']),
+    (
+        dict(steps=[2], benchmark=dict(concurrency=[0, 'x'])),
+        DRAFT,
+        ['benchmark.concurrency: 0 is out of range', "benchmark.concurrency: 'x' is not a whole number"],
+    ),
+    (dict(steps=[2], benchmark=dict(num_prompt=5)), DRAFT, ['benchmark: unknown key(s) num_prompt']),
+    (dict(steps=[2], benchmark=dict(range_ratio=2)), DRAFT, ['benchmark.range_ratio: 2 is out of range']),
+    (dict(steps=[2], benchmark=dict(dataset_name='sharegpt')), DRAFT, ["benchmark.dataset_name: 'sharegpt' is not one the sweep runs"]),
+    (dict(steps=[2], apply_concurrency=8), DRAFT, ['apply_concurrency: 8 is not one of benchmark.concurrency [1]']),
+    (dict(steps=[2], environments={'a b': {}}), DRAFT, ["environments: variant name 'a b' is not a name"]),
+    (dict(steps=[2], environments=dict(x={'1BAD': 'v'})), DRAFT, ["environments.x: '1BAD' is not an environment variable name"]),
+    (dict(steps=[2], points=[dict(steps=3, environment='nope')]), DRAFT, ["points[0].environment: 'nope' is not one of the environment variants default"]),
+    (dict(steps=[2], adaptive='maybe'), DRAFT, ["adaptive: 'maybe' is not true or false"]),
+]
+
+
+@pytest.mark.parametrize('value, expected', POINTS)
+def test_points(value, expected):
+    assert [p['id'] for p in grid.expand(value, DRAFT)['points']] == expected
+
+
+@pytest.mark.parametrize('value, draft, problems', REFUSED)
+def test_refused_with_every_problem(value, draft, problems):
+    with pytest.raises(grid.GridError) as caught:
+        grid.expand(value, draft)
+    text = str(caught.value)
+    assert text.startswith('the grid is refused, nothing was touched')
+    for problem in problems:
+        assert problem in text, text
+
+
+def test_all_invalid_points_are_listed_at_once():
+    with pytest.raises(grid.GridError) as caught:
+        grid.expand(dict(steps=[0, 2, 3], topk=[1, 4]), DRAFT)
+    # steps 0 twice (topk 1 and 4), auto with topk 4 for steps 2 and 3
+    assert len(caught.value.problems) == 4, caught.value.problems
+
+
+DEFAULTS = [
+    # (grid, key, expected)
+    (dict(steps=[2]), 'repeats', 3),
+    (dict(steps=[2]), 'benchmark', grid.BENCHMARK_DEFAULTS),
+    (dict(steps=[2], benchmark=dict(concurrency=[4, 1, 4])), 'apply_concurrency', 4),
+    (dict(steps=[2], benchmark=dict(concurrency=8)), 'apply_concurrency', 8),
+    (dict(steps=[2], apply='true'), 'apply', True),
+    (dict(steps=[2], adaptive='no'), 'adaptive', False),
+    (dict(steps=[2], seed='7'), 'seed', 7),
+    (dict(steps=[2]), 'seed', None),
+]
+
+
+@pytest.mark.parametrize('value, key, expected', DEFAULTS)
+def test_settings(value, key, expected):
+    assert grid.expand(value, DRAFT)[key] == expected
+
+
+LABELS = [
+    (dict(algorithm=None, num_steps=None, eagle_topk=None, num_draft_tokens=None, environment='default'), 'baseline'),
+    (dict(algorithm='EAGLE3', num_steps=3, eagle_topk=1, num_draft_tokens=4, environment='default'), 'EAGLE3 3/1/4'),
+    (dict(algorithm='EAGLE3', num_steps=3, eagle_topk=1, num_draft_tokens=4, environment='ring'), 'EAGLE3 3/1/4 ring'),
+]
+
+
+@pytest.mark.parametrize('point, expected', LABELS)
+def test_label(point, expected):
+    assert grid.label(point) == expected
+
+
+SCHEDULES = [
+    # (steps, hosts, repeats): every point `repeats` times, on different hosts where there are enough
+    ([1, 2, 3, 5, 8, 10], 4, 3),
+    ([2, 3], 4, 3),
+    ([2, 3, 4], 2, 3),
+    ([2], 1, 3),
+    ([1, 2, 3, 4, 5, 6, 7], 3, 2),
+]
+
+
+@pytest.mark.parametrize('steps, count, repeats', SCHEDULES)
+def test_schedule_spreads_repeats_and_keeps_every_host_busy(steps, count, repeats):
+    points = grid.expand(dict(steps=steps), DRAFT)['points']
+    hosts = ['node-%d' % n for n in range(count)]
+    rounds = grid.schedule(points, hosts, repeats, seed=1)
+    trials = [t for r in rounds for t in r.values()]
+    assert Counter(t['point'] for t in trials) == dict((p['id'], repeats) for p in points)
+    assert len(set(t['id'] for t in trials)) == len(trials)
+    on = defaultdict(list)
+    for r in rounds:
+        for host, trial in r.items():
+            on[trial['point']].append(host)
+    for placed in on.values():
+        assert len(set(placed)) == min(repeats, count), placed
+    # every host in every round but the last
+    assert all(len(r) == count for r in rounds[:-1]) and len(rounds) == -(-len(trials) // count)
+
+
+def test_schedule_is_drawn_from_the_seed():
+    points = grid.expand(dict(steps=[1, 2, 3, 5]), DRAFT)['points']
+    hosts = ['a', 'b', 'c', 'd']
+    assert grid.schedule(points, hosts, 3, seed=4) == grid.schedule(points, hosts, 3, seed=4)
+    assert grid.schedule(points, hosts, 3, seed=4) != grid.schedule(points, hosts, 3, seed=5)
+
+
+def test_adaptive_schedule_runs_short_chains_first():
+    points = grid.expand(dict(steps=[10, 1, 5, 2]), DRAFT)['points']
+    steps = dict((p['id'], p['num_steps'] or 0) for p in points)
+    for host_round in zip(*[[r.get(h) for r in grid.schedule(points, ['a', 'b'], 2, seed=3, adaptive=True)] for h in ('a', 'b')]):
+        del host_round
+    for host in ('a', 'b'):
+        mine = [steps[r[host]['point']] for r in grid.schedule(points, ['a', 'b'], 2, seed=3, adaptive=True) if host in r]
+        assert mine == sorted(mine)
+
+
+def test_fingerprint_changes_with_what_makes_the_sweep():
+    plan = dict(grid.expand(dict(steps=[2]), DRAFT), seed=1, hosts=['a'])
+    other = dict(plan, seed=2)
+    assert grid.fingerprint(plan) == grid.fingerprint(dict(plan, apply=True))
+    assert grid.fingerprint(plan) != grid.fingerprint(other)
