@@ -130,7 +130,7 @@ def test_preflight_refuses_a_router_it_cannot_reach_before_anything_stops(routed
     bad = write_routed_inventory(routed['tmp'] / 'bad.json', routed['vars'], routed['router'], sglang_router_url='http://lb-1.invalid:30080')
     for args in ((), ('--check',)):
         out = run(bad, 'relaunch.yml', '-e', 'steps=3', *args)
-        assert out.returncode != 0
+        assert out.returncode != 0, out.stdout[-6000:]
         assert 'router http://lb-1.invalid:30080 cannot be reached' in out.stdout, out.stdout[-4000:]
         assert 'Relaunch the fleet, rolling' not in out.stdout
         assert dict((name, server(v)['pid']) for name, v in routed['vars'].items()) == pids
