@@ -1,33 +1,13 @@
-"""Fixtures for integration tests: simulated GPU hosts (see simfleet.py)."""
+"""Fixtures for integration tests: simulated GPU hosts (see simfleet.py), shared with other tiers in tests/support."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import pytest
-from simfleet import SimHost
-from simgpu import build_library
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'support'))
 
+import simhosts  # noqa: E402  pylint: disable=wrong-import-position
 
-@pytest.fixture(scope='session', autouse=True)
-def simulated_library() -> Path:
-    return build_library()
-
-
-@pytest.fixture
-def make_host(tmp_path):
-    hosts: list[SimHost] = []
-
-    def make(name: str = 'gpu-a', **config) -> SimHost:
-        host = SimHost(tmp_path, name, **config)
-        hosts.append(host)
-        return host
-
-    yield make
-    for host in hosts:
-        host.cleanup()
-
-
-@pytest.fixture
-def host(make_host) -> SimHost:
-    return make_host()
+# A fixture bound in a conftest is registered there.
+simulated_library, make_host, host = simhosts.simulated_library, simhosts.make_host, simhosts.host

@@ -14,13 +14,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SIMGPU = REPO / 'tests' / 'simgpu'
-sys.path.insert(0, str(SIMGPU))
+SUPPORT = REPO / 'tests' / 'support'
+for _path in (SIMGPU, SUPPORT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+from polling import wait_for  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu.host import create_host, set_option  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu.interpreter import write_interpreter  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -28,17 +31,6 @@ VENV_BIN = Path(sys.executable).parent
 # sglang_launch's options that are the host's, not an instance's.
 LAUNCH_HOST_KEYS = ('state', 'state_dir', 'rollback', 'sglang_version', 'gpu_clean_timeout', 'max_used_mib', 'smoke_prompt')
 _ONELINE = re.compile(r'^(\S+) \| ([A-Z!]+)(?: \| rc=\d+)? => (\{.*\})$')
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = 'condition'):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out after %.1fs waiting for %s' % (timeout, what))
-        time.sleep(interval)
 
 
 def alive(pid: int) -> bool:

@@ -7,26 +7,20 @@ and process command lines looked at) is scanned for the suite's secrets. The clo
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-INTEGRATION = Path(__file__).resolve().parents[1] / 'integration'
-sys.path.insert(0, str(INTEGRATION))
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS / 'support'), str(TESTS / 'integration')]
 
-# The integration tier's fixtures, loaded under a name of their own (two conftest modules cannot share one).
-_SPEC = importlib.util.spec_from_file_location('integration_conftest', INTEGRATION / 'conftest.py')
-assert _SPEC is not None and _SPEC.loader is not None
-_INTEGRATION = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(_INTEGRATION)
-simulated_library = _INTEGRATION.simulated_library
-make_host = _INTEGRATION.make_host
-host = _INTEGRATION.host
-
+import simhosts  # noqa: E402  pylint: disable=wrong-import-position
 from reliability import SCAN, Serving  # noqa: E402  pylint: disable=wrong-import-position
 from simfleet import SimHost  # noqa: E402  pylint: disable=wrong-import-position
+
+# The simulated hosts' fixtures, as in tests/integration: a fixture bound in a conftest is registered there.
+simulated_library, make_host, host = simhosts.simulated_library, simhosts.make_host, simhosts.host
 
 COUNTS_KEY = pytest.StashKey[dict]()
 

@@ -17,13 +17,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "support"))
 
+from polling import wait_for  # noqa: E402
 from simgpu import BUILD_DIR, build_library  # noqa: E402
 from simgpu.alloc import OutOfMemoryError, SimGpuError, hold  # noqa: E402
 from simgpu.host import create_host, read_host, set_option  # noqa: E402
@@ -34,7 +36,6 @@ pytest.importorskip("pynvml", reason="nvidia-ml-py is needed to drive the simula
 pytest.importorskip("setproctitle")
 
 MIB = 1024 * 1024
-T = TypeVar("T")
 
 # Runs inside the wrapper interpreter: one Python expression per stdin line,
 # one JSON answer per stdout line; NVML errors come back by class name.
@@ -75,18 +76,6 @@ for line in sys.stdin:
         out = {"exception": repr(e)}
     print(json.dumps(out), flush=True)
 """
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 5.0, interval: float = 0.02) -> T:
-    """Poll fn until it returns something truthy; fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Nvml:
@@ -151,7 +140,7 @@ class Host:
             start_new_session=True,
         )
         self.holders.append(proc)
-        wait_for(f"{ready.name}", lambda: ready.exists() or proc.poll() is not None)
+        wait_for(lambda: ready.exists() or proc.poll() is not None, what=f"{ready.name}")
         assert ready.exists(), f"holder failed: {proc.stderr.read().decode() if proc.stderr else ''}"
         return proc, {k: int(v) for k, v in read_kv(ready).items()}
 
@@ -320,16 +309,18 @@ def test_sigkill_frees_memory_after_release_delay(make_host: Callable[..., Host]
     proc.kill()  # never reaped until the end: a zombie, as under a slow parent
     killed_ms = time.time_ns() // 1_000_000
 
-    wait_for("the process to leave the list", lambda: nv("procs(2)") == {}, timeout=1)
+    wait_for(lambda: nv("procs(2)") == {}, timeout=1, what="the process to leave the list")
     assert nv("mem(2)")["v2_used"] == 4096 * MIB  # the driver still tears the context down
-    freed = wait_for("release", lambda: nv("mem(2)")["v2_used"] == 0 and time.time_ns() // 1_000_000)
+    freed = wait_for(lambda: nv("mem(2)")["v2_used"] == 0 and time.time_ns() // 1_000_000, what="release")
     assert freed - killed_ms >= 1400, "memory came back before release_delay_ms"
     assert list((host.dir / "allocs").iterdir()) == []  # released files are removed
 
 
 def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
     proc, _ready = host.spawn(0, 10, "--title", "sglang::scheduler_TP0")
-    watchers = wait_for("the watcher", lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_cmdline(int(p)) == [f"simgpu-watch {proc.pid}"]])
+    watchers = wait_for(
+        lambda: [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_cmdline(int(p)) == [f"simgpu-watch {proc.pid}"]], what="the watcher"
+    )
     (watcher,) = watchers
     assert os.getsid(watcher) not in (os.getsid(proc.pid), os.getsid(0))
     assert not re.search("sglang", " ".join(cmdline(watcher)))
@@ -338,9 +329,9 @@ def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     killed_ms = time.time_ns() // 1_000_000
     # Nobody queries NVML here: the stamp can only come from the watcher.
-    dead_at = wait_for("dead_at_ms", lambda: dead_at_ms(alloc_file))
+    dead_at = wait_for(lambda: dead_at_ms(alloc_file), what="dead_at_ms")
     assert abs(dead_at - killed_ms) < 500
-    wait_for("the watcher to exit", lambda: not alive(watcher))
+    wait_for(lambda: not alive(watcher), what="the watcher to exit")
 
 
 def test_leak_keeps_memory_forever(make_host: Callable[..., Host]) -> None:
@@ -349,8 +340,8 @@ def test_leak_keeps_memory_forever(make_host: Callable[..., Host]) -> None:
     proc, _ready = host.spawn(1, 2048)
     (alloc_file,) = (host.dir / "allocs").iterdir()
     proc.kill()
-    dead_at = wait_for("dead_at_ms", lambda: dead_at_ms(alloc_file))
-    wait_for("the delay to pass", lambda: time.time_ns() // 1_000_000 > dead_at + 300)
+    dead_at = wait_for(lambda: dead_at_ms(alloc_file), what="dead_at_ms")
+    wait_for(lambda: time.time_ns() // 1_000_000 > dead_at + 300, what="the delay to pass")
     assert nv("procs(1)") == {}
     assert nv("mem(1)")["v2_used"] == 2048 * MIB  # a stuck context
     # The same client, still initialised, sees the switch flipped back.
@@ -368,7 +359,7 @@ def test_pid_reuse_is_not_mistaken_for_the_holder(host: Host) -> None:
     assert nv("mem(3)")["v2_used"] == 777 * MIB  # dead: still tearing down
     first_seen = read_alloc(stale)
     assert first_seen is not None and first_seen.dead_at_ms is not None  # recorded by libnvml
-    wait_for("release", lambda: nv("mem(3)")["v2_used"] == 0)
+    wait_for(lambda: nv("mem(3)")["v2_used"] == 0, what="release")
     assert not stale.exists()
 
 
@@ -427,7 +418,7 @@ def test_child_survives_its_parent(host: Host) -> None:
     assert os.getsid(child) == os.getsid(parent.pid)
     assert nv("procs(1)") == {str(child): 500 * MIB}
     parent.kill()
-    wait_for("the parent to be released", lambda: nv("mem(0)")["v2_used"] == 0)
+    wait_for(lambda: nv("mem(0)")["v2_used"] == 0, what="the parent to be released")
     assert alive(child)
     assert nv("procs(1)") == {str(child): 500 * MIB}  # an orphan still holding memory
 

@@ -19,7 +19,7 @@ run() {  # run NAME MYPYPATH PATH...: a cache per run, as each run resolves some
 # The collection's code and the tests that import only the collection.
 run collection "" collections/ansible_collections/gpufleet/sglang/plugins $t/unit $t/tools
 # The simulated fleet: the simulators, the integration tier, and the demo and benchmarks built on it.
-run fleet $t/support:$t/integration:$t/simgpu:$t/simsglang $t/integration $t/simgpu $t/simsglang $t/bench $t/demo
+run fleet $t/support:$t/integration:$t/simgpu:$t/simsglang $t/support $t/integration $t/simgpu $t/simsglang $t/bench $t/demo
 run reliability $t/support:$t/reliability:$t/integration:$t/simgpu $t/reliability
 run awx $t/support:$t/awx:$t/integration:$t/simgpu $t/awx
 run containers $t/containers $t/containers $t/molecule $t/contract
