@@ -168,3 +168,32 @@ def test_the_last_healthy_worker_is_never_taken_out(routed):
     assert 'would leave 0 healthy worker(s)' in out.stdout, out.stdout[-4000:]
     assert server(routed['vars']['gpu-a'])['pid'] == pid and steps_running(routed['vars']['gpu-a']) == 2
     assert len(router.workers()) == 1
+
+
+def test_a_rolled_back_server_goes_back_with_its_old_parameters_and_a_failed_one_stays_out(routed):
+    start(routed)
+    router = routed['router']
+    hosts = dict((h.name, h) for h in routed['hosts'])
+    # gpu-b cannot run 3 steps (rolled back to 2, serving); gpu-c can run neither (the rollback fails too).
+    (hosts['gpu-b'].state_dir / 'simsglang.json').write_text(json.dumps(dict(crash_on=[dict(speculative_num_steps=3)])))
+    (hosts['gpu-c'].state_dir / 'simsglang.json').write_text(json.dumps(dict(crash_on=[dict(speculative_num_steps=3), dict(speculative_num_steps=2)])))
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    try:
+        out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'max_fail_percentage=100', timeout=240)
+    finally:
+        records = load.stop()
+    print('rollback roll: %d requests, %d failed' % (len(records), len(failures(records))))
+    assert out.returncode != 0
+    counts = recap(out.stdout)
+    assert counts['gpu-a']['failed'] == 0 and counts['gpu-b']['failed'] == 1 and counts['gpu-c']['failed'] == 1, counts
+    rows = table(out.stdout)
+    assert next(r for r in rows if r.startswith('gpu-a')).endswith('relaunched'), rows
+    assert next(r for r in rows if r.startswith('gpu-b')).endswith('rolled back'), rows
+    assert next(r for r in rows if r.startswith('gpu-c')).endswith('failed'), rows
+    assert steps_running(routed['vars']['gpu-a']) == 3 and steps_running(routed['vars']['gpu-b']) == 2
+    # The router serves from gpu-a and the rolled-back gpu-b; gpu-c is left out; no client saw a failure.
+    ports = dict((n, routed['vars'][n]['sglang_server_port']) for n in ('gpu-a', 'gpu-b'))
+    workers = router.workers()
+    assert sorted(w['url'] for w in workers) == sorted('http://127.0.0.1:%d' % p for p in ports.values()), workers
+    assert all(w['is_healthy'] for w in workers), workers
+    assert len(records) > 100 and failures(records) == [], failures(records)[:10]
