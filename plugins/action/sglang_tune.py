@@ -28,7 +28,7 @@ display = Display()
 
 ARGUMENT_SPEC = dict(
     operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
-    run_dir=dict(type='str', default=''),
+    run_dir=dict(type='path'),
     grid=dict(type='dict', default={}),
     hosts=dict(type='list', elements='str', default=[]),
     draft_model_paths=dict(type='dict', default={}),

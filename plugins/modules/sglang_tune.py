@@ -50,9 +50,10 @@ options:
     required: true
     choices: [plan, fleet, next, record, report]
   run_dir:
-    description: The run directory on the controller (created with mode C(0700) by V(plan)).
+    description:
+      - The run directory on the controller, created with mode C(0700) by V(plan). Required by every operation but
+        V(plan), where it defaults to C(tune-runs/<date>-<time>) under the current directory.
     type: path
-    required: true
   grid:
     description:
       - With V(plan), the grid as C(docs/tuning.md) documents it. Keys C(algorithm), C(steps), C(topk),
@@ -179,8 +180,25 @@ files:
 from ansible.module_utils.basic import AnsibleModule
 
 
+# The action plugin's argument spec, repeated here for the documentation checks (a module cannot import an action).
+ARGUMENT_SPEC = dict(
+    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
+    run_dir=dict(type='path'),
+    grid=dict(type='dict', default={}),
+    hosts=dict(type='list', elements='str', default=[]),
+    draft_model_paths=dict(type='dict', default={}),
+    inventory=dict(type='list', elements='str', default=[]),
+    facts=dict(type='dict', default={}),
+    round=dict(type='int'),
+    host=dict(type='str'),
+    trial=dict(type='dict'),
+    launch=dict(type='dict'),
+    benchmark=dict(type='dict'),
+)
+
+
 def main() -> None:
-    module = AnsibleModule(argument_spec=dict(operation=dict(type='str', required=True), run_dir=dict(type='path', required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.fail_json(msg='gpufleet.sglang.sglang_tune runs on the controller as an action plugin; it cannot run as a module on a host')
 
 

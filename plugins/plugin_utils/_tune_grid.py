@@ -262,20 +262,15 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         extra = sorted(set(entry) - {'algorithm', 'steps', 'topk', 'draft_tokens', 'environment'})
         if extra:
             problems.append('points[%d]: unknown key(s) %s' % (index, ', '.join(extra)))
-        env = str(entry.get('environment', DEFAULT_ENVIRONMENT if DEFAULT_ENVIRONMENT in envs else next(iter(envs))))
-        if env not in envs:
-            problems.append('points[%d].environment: %r is not one of the environment variants %s' % (index, env, ', '.join(envs)))
+        wanted = entry.get('environment')
+        if wanted is not None and str(wanted) not in envs:
+            problems.append('points[%d].environment: %r is not one of the environment variants %s' % (index, wanted, ', '.join(envs)))
             continue
-        candidates.append(
-            (
-                'points[%d]' % index,
-                entry.get('algorithm', algorithms[0]),
-                entry.get('steps'),
-                entry.get('topk', 1),
-                entry.get('draft_tokens', AUTO),
-                env,
+        # Without an environment, an explicit point is measured in every variant, as the grid's product is.
+        for env in [str(wanted)] if wanted is not None else list(envs):
+            candidates.append(
+                ('points[%d]' % index, entry.get('algorithm', algorithms[0]), entry.get('steps'), entry.get('topk', 1), entry.get('draft_tokens', AUTO), env)
             )
-        )
 
     points: list[dict] = []
     seen: set[str] = set()

@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 
@@ -29,6 +31,15 @@ POINTS = [
     ),
     # explicit points beside the product mix chains and trees
     (dict(steps=[2], points=[dict(steps=3, topk=4, draft_tokens=8)]), ['baseline@default', 'EAGLE-2-1-3@default', 'EAGLE-3-4-8@default']),
+    # an explicit point without an environment is measured in every variant; with one, in that one
+    (
+        dict(
+            steps=[2],
+            environments=dict(default={}, ring=dict(NCCL_ALGO='Ring')),
+            points=[dict(steps=3, topk=4, draft_tokens=8), dict(steps=5, environment='ring')],
+        ),
+        ['baseline@default', 'baseline@ring', 'EAGLE-2-1-3@default', 'EAGLE-2-1-3@ring', 'EAGLE-3-4-8@default', 'EAGLE-3-4-8@ring', 'EAGLE-5-1-6@ring'],
+    ),
     # null and empty values are keys not given (the playbook passes unset extra variables as '')
     (dict(steps=[2], seed='', repeats=None, environments=''), ['baseline@default', 'EAGLE-2-1-3@default']),
 ]
@@ -166,3 +177,16 @@ def test_fingerprint_changes_with_what_makes_the_sweep():
     other = dict(plan, seed=2)
     assert grid.fingerprint(plan) == grid.fingerprint(dict(plan, apply=True))
     assert grid.fingerprint(plan) != grid.fingerprint(other)
+
+
+GRID_FILES = sorted((Path(__file__).resolve().parents[4] / 'docs' / 'grids').glob('*.yml'))
+
+
+def test_there_are_documented_grids():
+    assert len(GRID_FILES) >= 2
+
+
+@pytest.mark.parametrize('path', GRID_FILES, ids=lambda p: p.name)
+def test_the_documented_grids_are_valid(path):
+    expanded = grid.expand(yaml.safe_load(path.read_text()), DRAFT)
+    assert expanded['points'][0]['id'] == 'baseline@default' and len(expanded['points']) > 3

@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
+from ansible_collections.gpufleet.sglang.plugins.modules import sglang_tune as module
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 
@@ -207,3 +209,21 @@ def test_timing(windows, share, peak):
     trials = [dict(benchmark_window=dict(start=s, end=e), span=dict(start=s, end=e)) for s, e in windows]
     spent = store.timing(trials)
     assert spent['parallel_share'] == pytest.approx(share) and spent['max_parallel'] == peak
+
+
+def test_the_module_documents_the_action_plugins_arguments():
+    # The module file only documents the action; its spec must be the action's, which ansible-doc and sanity read.
+    assert module.ARGUMENT_SPEC == action.ARGUMENT_SPEC
+
+
+CLIPS = [
+    # (text, limit, expected): both ends kept, a server log's error is at its end
+    ('short', 700, 'short'),
+    ('a\n b', 700, 'a b'),
+    ('x' * 10 + 'END', 12, 'xxxx ... END'),
+]
+
+
+@pytest.mark.parametrize('text, limit, expected', CLIPS)
+def test_clip(text, limit, expected):
+    assert action.clip(text, limit) == expected
