@@ -179,7 +179,6 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 
-
 # The action plugin's argument spec, repeated here for the documentation checks (a module cannot import an action).
 ARGUMENT_SPEC = dict(
     operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
