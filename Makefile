@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx ee bench bench-relaunch lock clean
+.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -76,6 +76,10 @@ bench: collection
 
 bench-relaunch: bootstrap
 	python tests/bench/relaunch_vs_manual.py --hosts 1 4 16
+
+# The same speculative sweep (tune.yml) on 4 simulated hosts and on 1 host, wall times and their ratio side by side.
+bench-tune: bootstrap
+	python tests/bench/tune_fleet_vs_one.py --hosts 4
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \
