@@ -77,6 +77,11 @@ bench: collection
 bench-relaunch: bootstrap
 	python tests/bench/relaunch_vs_manual.py --hosts 1 4 16
 
+# A rolling relaunch behind the real sglang-router 0.3.2 under load: failures, latency before and during, drain/down/ready per host.
+.PHONY: bench-roll
+bench-roll: bootstrap
+	python tests/bench/roll.py --hosts 3 --clients 12
+
 # The same speculative sweep (tune.yml) on 4 simulated hosts and on 1 host, wall times and their ratio side by side.
 bench-tune: bootstrap
 	python tests/bench/tune_fleet_vs_one.py --hosts 4
