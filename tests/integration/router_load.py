@@ -34,13 +34,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def request(method: str, url: str, payload: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+def request(method: str, url: str, payload: dict | None = None, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, str]:
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname or '127.0.0.1', parts.port or 80, timeout=timeout)
     path = parts.path or '/'
     try:
         body = json.dumps(payload).encode() if payload is not None else None
-        connection.request(method, path, body=body, headers={'Content-Type': 'application/json'} if body else {})
+        sent = dict(headers or {})
+        if body:
+            sent['Content-Type'] = 'application/json'
+        connection.request(method, path, body=body, headers=sent)
         response = connection.getresponse()
         return response.status, response.read().decode('utf-8', 'replace')
     finally:

@@ -11,10 +11,18 @@ inventory) under the same load, and clients must see failures.
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from relaunch_fleet import host_vars, recap, run, state, stop_all, table, warnings, write_inventory
-from router_load import Load, Router, request
+from router_load import Load, Router, free_port, request
+from simfleet import ansible_env, wait_for
 
 CLIENTS = 12
 
@@ -197,3 +205,65 @@ def test_a_rolled_back_server_goes_back_with_its_old_parameters_and_a_failed_one
     assert sorted(w['url'] for w in workers) == sorted('http://127.0.0.1:%d' % p for p in ports.values()), workers
     assert all(w['is_healthy'] for w in workers), workers
     assert len(records) > 100 and failures(records) == [], failures(records)[:10]
+
+
+def test_the_role_unit_runs_the_router_with_its_api_key_off_the_command_line(tmp_path):
+    """The sglang_router role's configure phase (its files and unit, written under tmp_path), then the unit's
+    ExecStart run as systemd would (the key as the credential api_key): a router that needs the key, with the
+    role's health-check settings, whose command line does not hold the key. (systemd itself: the container tier.)"""
+    port, metrics_port = free_port(), free_port()
+    config, units = tmp_path / 'etc', tmp_path / 'units'
+    units.mkdir()
+    playbook = tmp_path / 'configure.yml'
+    playbook.write_text(
+        '- hosts: localhost\n  gather_facts: false\n  tasks:\n'
+        '    - {ansible.builtin.import_role: {name: gpufleet.sglang.sglang_router, tasks_from: configure}}\n'
+        '    - ansible.builtin.meta: end_play  # no handler: systemd does not run here\n'
+    )
+    extra = dict(
+        sglang_router_config_dir=str(config),
+        sglang_router_unit_dir=str(units),
+        sglang_router_venv=str(Path(sys.executable).parent.parent),
+        sglang_router_host='127.0.0.1',
+        sglang_router_port=port,
+        sglang_router_prometheus_host='127.0.0.1',
+        sglang_router_prometheus_port=metrics_port,
+        sglang_router_api_key='router-secret-key',
+        sglang_router_extra_args={'log-level': 'warn'},
+        ansible_python_interpreter=sys.executable,
+    )
+    argv = ['ansible-playbook', '-i', 'localhost,', '-c', 'local', str(playbook), '-e', json.dumps(extra)]
+    out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert 'router-secret-key' not in out.stdout
+    assert stat.S_IMODE(config.stat().st_mode) == 0o700 and stat.S_IMODE((config / 'api_key').stat().st_mode) == 0o600
+    unit = (units / 'sglang-router.service').read_text()
+    assert 'router-secret-key' not in unit and 'LoadCredential=api_key:%s/api_key' % config in unit, unit
+    exec_start = shlex.split(next(line for line in unit.splitlines() if line.startswith('ExecStart='))[len('ExecStart=') :])
+    assert exec_start[exec_start.index('--health-check-interval-secs') + 1] == '5', exec_start
+    assert exec_start[exec_start.index('--health-failure-threshold') + 1] == '2', exec_start
+
+    credentials = tmp_path / 'credentials'
+    credentials.mkdir()
+    shutil.copy(config / 'api_key', credentials / 'api_key')
+    proc = subprocess.Popen(exec_start, env=dict(os.environ, CREDENTIALS_DIRECTORY=str(credentials)), start_new_session=True)
+    try:
+        url = 'http://127.0.0.1:%d' % port
+        wait_for(lambda: _answers(url + '/liveness'), timeout=20, what='the router of the unit')
+        assert request('GET', url + '/workers')[0] == 401
+        status, body = request('GET', url + '/workers', headers={'Authorization': 'Bearer router-secret-key'})
+        assert status == 200 and json.loads(body)['workers'] == [], body
+        assert request('GET', 'http://127.0.0.1:%d/metrics' % metrics_port)[0] == 200
+        # The key reached the router (401 without it) through neither its command line nor its environment.
+        for name in ('cmdline', 'environ'):
+            assert b'router-secret-key' not in Path('/proc/%d/%s' % (proc.pid, name)).read_bytes(), name
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return request('GET', url)[0] == 200
+    except OSError:
+        return False
