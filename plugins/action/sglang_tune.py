@@ -12,6 +12,7 @@ round at the same time.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shlex
@@ -41,7 +42,7 @@ ARGUMENT_SPEC = dict(
     benchmark=dict(type='dict'),
 )
 # What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
-ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'tp_size', 'sglang_version', 'instances')
+ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances')
 SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 
 
@@ -82,8 +83,6 @@ def reproduce_command(inventory: list[str], run_dir: str) -> str:
 
 def grid_yaml(grid: dict, plan: dict) -> str:
     """The effective grid, seed included, as YAML (JSON is YAML): ``-e @grid.yml`` runs the same sweep again."""
-    import json  # pylint: disable=import-outside-toplevel
-
     effective = dict((k, v) for k, v in grid.items() if k in grid_rules.GRID_KEYS and k not in ('run_dir', 'apply'))
     effective.update(seed=plan['seed'], repeats=plan['repeats'], benchmark=plan['benchmark'], adaptive=plan['adaptive'])
     effective['environments'] = plan['environments']
@@ -151,7 +150,7 @@ class ActionModule(ActionBase):
         done = store.done_trials(run_dir) if resumed else set()
         if not self._task.check_mode:
             os.makedirs(run_dir, mode=0o700, exist_ok=True)
-            store.write_private(_plan_path(run_dir), __import__('json').dumps(plan, indent=1, sort_keys=True))
+            store.write_private(_plan_path(run_dir), json.dumps(plan, indent=1, sort_keys=True))
             store.write_private(os.path.join(run_dir, store.GRID), grid_yaml(params['grid'], plan))
         trials = sum(len(r) for r in plan['schedule'])
         lines = [
@@ -201,7 +200,7 @@ class ActionModule(ActionBase):
                     problems.append('%s: %s is %r where %s has %r' % (host, key, facts[host].get(key), reference, facts[reference].get(key)))
         if problems:
             raise AnsibleActionFail(
-                'the hosts of a sweep must be alike (GPU model and count, model path, tensor parallel size, SGLang version, one '
+                'the hosts of a sweep must be alike (GPU model and count, model and draft model path, tensor parallel size, SGLang version, one '
                 'instance each), so that a slow host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
             )
         path = os.path.join(run_dir, store.FLEET)
@@ -209,7 +208,7 @@ class ActionModule(ActionBase):
         if recorded is None:
             recorded = dict(hosts=facts, recorded_at=store.now())
             if not self._task.check_mode:
-                store.write_private(path, __import__('json').dumps(recorded, indent=1, sort_keys=True))
+                store.write_private(path, json.dumps(recorded, indent=1, sort_keys=True))
         # A resumed sweep restores what ran before its first run, not what an interrupted run left behind.
         before = dict((h, recorded['hosts'].get(h, facts[h]).get('before')) for h in names)
         return dict(before=before, msg=['%s: %s' % (h, facts[h].get('before_label')) for h in names])
@@ -218,6 +217,9 @@ class ActionModule(ActionBase):
 
     def op_next(self, params: dict, task_vars: dict) -> dict:
         run_dir = os.path.abspath(params['run_dir'])
+        if self._task.check_mode and not os.path.exists(_plan_path(run_dir)):
+            # --check planned without writing: there is nothing to hand out.
+            return dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=store.now()), reason='check mode')
         plan = load_plan(run_dir)
         host = params['host'] or task_vars.get('inventory_hostname')
         number = params['round']
@@ -312,9 +314,9 @@ class ActionModule(ActionBase):
 
     def op_report(self, params: dict, task_vars: dict) -> dict:
         run_dir = os.path.abspath(params['run_dir'])
-        plan = load_plan(run_dir)
         if self._task.check_mode:
-            return dict(msg=['check mode: no report is written'], winner=None, files={})
+            return dict(msg=['check mode: no trial ran, no report is written'], winner=None, winners={}, files={})
+        plan = load_plan(run_dir)
         try:
             written = store.write_all(run_dir, plan)
         except ImportError as exc:

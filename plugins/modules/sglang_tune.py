@@ -19,8 +19,8 @@ description:
     an order drawn from O(grid.seed) (drawn and printed when not given), a point's repeats on different hosts where the
     fleet allows. It writes C(plan.json) and C(grid.yml) (the effective grid, seed included). A run directory that
     holds a plan resumes it when the grid, seed and hosts are the same, and is refused otherwise.
-  - V(fleet) refuses hosts that are not alike (GPU model and count, model path, tensor-parallel size, SGLang version,
-    one instance each), naming the host, the value and the reference host, and records in C(fleet.json) what each
+  - V(fleet) refuses hosts that are not alike (GPU model and count, model and draft model path, tensor-parallel size,
+    SGLang version, one instance each), naming the host, the value and the reference host, and records in C(fleet.json) what each
     host ran before the first run of the sweep.
   - V(next) gives O(host) its trial of round O(round), or none (no trial left, finished by an earlier run, or skipped
     by the adaptive sweep because the step arithmetic says it cannot win, recorded with the reason).
@@ -78,7 +78,7 @@ options:
     elements: str
     default: []
   facts:
-    description: With V(fleet), per host C(gpu_name), C(gpu_count), C(model_path), C(tp_size), C(sglang_version),
+    description: With V(fleet), per host C(gpu_name), C(gpu_count), C(model_path), C(draft_model_path), C(tp_size), C(sglang_version),
       C(instances), C(before) (what it ran) and C(before_label).
     type: dict
     default: {}

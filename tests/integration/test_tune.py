@@ -102,11 +102,15 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     assert set(running(fleet).values()) == {want}, running(fleet)
 
 
-def test_a_crashing_point_is_a_failed_trial_and_the_rest_completes(make_host, tmp_path):
-    fleet = make_fleet(make_host, tmp_path, count=2, config=dict(crash_on=[dict(speculative_num_steps=6)]))
+SECRET = 'sk-tune-0123456789-secret'
+
+
+def test_a_crashing_point_is_a_failed_trial_and_the_rest_completes_and_the_key_stays_secret(make_host, tmp_path):
+    # The servers require an API key: the benchmark client gets it from its environment, and no output or file shows it.
+    fleet = make_fleet(make_host, tmp_path, count=2, config=dict(crash_on=[dict(speculative_num_steps=6)]), sglang_server_api_key=SECRET)
     try:
         grid = write_grid(tmp_path / 'grid.yml', steps=[3, 6], repeats=2, seed=3, benchmark=dict(BENCHMARK, concurrency=[1]))
-        out = tune(fleet, grid, '-e', 'run_dir=%s' % (tmp_path / 'sweep'))
+        out = tune(fleet, grid, '-e', 'run_dir=%s' % (tmp_path / 'sweep'), '-vvv')
         assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
         found = read_run(tmp_path / 'sweep')
         failed = [t for t in found['trials'] if t['status'] == 'failed']
@@ -120,6 +124,9 @@ def test_a_crashing_point_is_a_failed_trial_and_the_rest_completes(make_host, tm
         assert sum(1 for line in progress_lines(out.stdout) if 'FAILED' in line) == 2
         # Nothing ran before the sweep, so nothing runs after it.
         assert set(running(fleet).values()) == {None}
+        assert SECRET not in out.stdout + out.stderr
+        for path in (tmp_path / 'sweep').iterdir():
+            assert SECRET.encode() not in path.read_bytes(), path
     finally:
         run(fleet['inventory'], 'stop.yml', timeout=120)
 
