@@ -117,6 +117,7 @@ def _prepare(pdd: Path, extra_vars: dict, fleet: dict, ee: ExecutionEnvironment 
     project = pdd / 'project'
     if ee is None:
         shutil.copytree(REPO / 'playbooks', project / 'playbooks')
+        shutil.copytree(REPO / 'awx', project / 'awx')
         shutil.copy(REPO / 'ansible.cfg', project / 'ansible.cfg')
         # The checkout's collections/ansible_collections/gpufleet/sglang points at the checkout itself.
         link = project / 'collections' / 'ansible_collections' / 'gpufleet' / 'sglang'

@@ -61,7 +61,7 @@ GROUP_VARS = dict(
     sglang_server_port=30000,
     sglang_server_gpus=['0', '1'],
     sglang_server_tp_size=2,
-    sglang_server_speculative=dict(algorithm='EAGLE3', draft_model_path='/models/eagle3-llama-3.1-8b', eagle_topk=1),
+    sglang_server_speculative=dict(algorithm='EAGLE3', draft_model_path='/models/eagle3-llama-3.1-8b', num_steps=2, eagle_topk=1, num_draft_tokens=3),
     sglang_server_ready_timeout=120,
     sglang_server_ready_poll_interval=0.2,
     sglang_server_stop_timeout=20,

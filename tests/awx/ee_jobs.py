@@ -10,12 +10,14 @@ nothing is skipped: a missing image or podman FAILS.
   ansible-runner, the collection at galaxy.yml's version, ssh-agent for the machine credential.
 - Each job runs through ansible-runner's container mode with AWX's parameters (awx_job.ExecutionEnvironment):
   install, relaunch and status on two SSH hosts, ending as they end outside a container; a relaunch
-  answer the preflight refuses fails the job on every host with nothing touched; the SSH key never
-  appears in the job's output or artifacts.
+  answer the preflight refuses fails the job on every host with nothing touched; a small sweep (the
+  tune template) writes its report under the job's artifacts directory and keeps its result as the
+  job's artifacts (set_stats); the SSH key never appears in the job's output or artifacts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -149,6 +151,40 @@ def test_install_relaunch_status_and_a_refused_relaunch_in_the_ee(tmp_path, flee
     assert 'speculative.num_draft_tokens: 7' in refused.failures(), refused.failures()
     assert set(refused.stats()['failures']) == set(fleet.hosts) and not refused.stats()['changed'], refused.stats()
     assert dict((name, server_state(fleet, name)['pid']) for name in fleet.hosts) == pids
+
+    # The sweep, through its job template: three points (the baseline included) on the two hosts. Its report is
+    # written on the controller, which is the EE: under the job's artifacts directory (AWX_ISOLATED_DATA_DIR,
+    # /runner/artifacts/<ident> inside), which is this job's private data directory seen from outside. AWX keeps
+    # the set_stats data: the job's `artifacts`.
+    answers = dict(
+        steps=['1', '3'],
+        benchmark_input_len=16,
+        benchmark_output_len=32,
+        benchmark_num_prompts=4,
+        benchmark_concurrency=['1'],
+        repeats=1,
+        seed=3,
+    )
+    tune = launch(jobs / 'tune', 'awx/tune.yml', answers, fleet, ee, timeout=600)
+    assert tune.status == 'successful' and tune.rc == 0, tune.failures() or tune.stdout[-5000:]
+    assert_ran_in_the_ee(tune, ee, fleet)
+    artifacts = tune.artifacts()
+    assert tune.artifacts_dir is not None
+    assert artifacts['tune_run_dir'] == '/runner/artifacts/%s/tune' % tune.artifacts_dir.name, artifacts['tune_run_dir']
+    run_dir = tune.artifacts_dir / 'tune'
+    for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png'):
+        data = (run_dir / name).read_bytes()
+        want = dict(path='%s/%s' % (artifacts['tune_run_dir'], name), size=len(data), checksum=hashlib.sha256(data).hexdigest())
+        assert artifacts['tune_files'][name] == want, (name, artifacts['tune_files'][name])
+    assert (run_dir / 'plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines()]
+    assert len(trials) == 3 and all(t['status'] == 'ok' for t in trials), trials
+    assert artifacts['tune_seed'] == 3 and artifacts['tune_winner']['point'] in [t['point'] for t in trials], artifacts['tune_winner']
+    assert artifacts['tune_report_md'] == (run_dir / 'report.md').read_text().rstrip('\n')
+    # apply was not asked: both hosts serve 3 steps again, as before the sweep.
+    for name in fleet.hosts:
+        speculative = server_state(fleet, name)['config']['speculative']
+        assert (speculative['num_steps'], speculative['num_draft_tokens']) == (3, 4), speculative
 
 
 def teardown_module(module):  # pylint: disable=unused-argument

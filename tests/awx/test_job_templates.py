@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
 import json
 import re
 import subprocess
@@ -23,6 +26,7 @@ from awx_job import run_job, run_jobs
 from awx_survey import SurveyRefused, element_errors, launch_extra_vars, spec_errors
 from relaunch_fleet import host_vars, server_pid, state, stop_all
 from simfleet import REPO, VENV_BIN, alive, ansible_env
+from tune_fleet import PNG_SIGNATURE, expected_optimum, make_fleet
 
 # The collection's rules, imported as the collection's own package (collections/ links to this checkout).
 sys.path.insert(0, str(REPO / 'collections'))
@@ -32,6 +36,7 @@ AWX = REPO / 'awx'
 TEMPLATES = yaml.safe_load((AWX / 'job_templates.yml').read_text())['gpufleet_awx_job_templates']
 BY_PLAYBOOK = dict((t['playbook'], t) for t in TEMPLATES)
 RELAUNCH = BY_PLAYBOOK['playbooks/relaunch.yml']
+TUNE = BY_PLAYBOOK['awx/tune.yml']
 
 
 def question(template: dict, variable: str) -> dict:
@@ -61,13 +66,17 @@ OUT_OF_RANGE = [
 
 
 def test_every_playbook_has_a_job_template_whose_survey_awx_accepts():
-    assert sorted(BY_PLAYBOOK) == ['playbooks/install.yml', 'playbooks/relaunch.yml', 'playbooks/reset.yml', 'playbooks/status.yml']
+    assert sorted(BY_PLAYBOOK) == ['awx/tune.yml', 'playbooks/install.yml', 'playbooks/relaunch.yml', 'playbooks/reset.yml', 'playbooks/status.yml']
     assert len(set(t['name'] for t in TEMPLATES)) == len(TEMPLATES)
     for template in TEMPLATES:
         assert (REPO / template['playbook']).is_file(), template['playbook']
         assert spec_errors(template['survey_spec']) == [], template['name']
-        # Every question sets a variable the playbook reads: a survey cannot ask for nothing.
+        # Every question sets a variable the playbook reads: a survey cannot ask for nothing. awx/tune.yml
+        # hands the grid's variables on to playbooks/tune.yml, which it imports.
         text = (REPO / template['playbook']).read_text()
+        if template['playbook'] == 'awx/tune.yml':
+            assert 'import_playbook: ../playbooks/tune.yml' in text
+            text += (REPO / 'playbooks' / 'tune.yml').read_text()
         for element in template['survey_spec']['spec']:
             assert re.search(r'\b%s\b' % element['variable'], text), (template['playbook'], element['variable'])
             # A default must pass its own question, or AWX silently drops it.
@@ -129,6 +138,50 @@ def test_integer_limits_are_sglangs(variable, field):
     assert _resolve_with(field, element['max'])[field] == element['max']
     if field == 'num_draft_tokens':
         assert element['max'] == _speculative.UNO_MAX_VERIFY_WIDTH
+
+
+def test_tune_survey_asks_for_the_grid_and_the_benchmark():
+    asked = dict((e['variable'], e['type']) for e in TUNE['survey_spec']['spec'])
+    assert asked == dict(
+        target='text',
+        algorithm='multiselect',
+        steps='multiselect',
+        topk='multiselect',
+        draft_tokens='multiselect',
+        tune_environments='textarea',
+        tune_points='textarea',
+        benchmark_input_len='integer',
+        benchmark_output_len='integer',
+        benchmark_num_prompts='integer',
+        benchmark_concurrency='multiselect',
+        benchmark_warmup_requests='integer',
+        repeats='integer',
+        seed='integer',
+        adaptive='multiplechoice',
+        apply='multiplechoice',
+        apply_concurrency='integer',
+        batch='integer',
+        run_dir='text',
+    )
+    # The choices are values the rules accept: the algorithms SGLang takes, counts within the relaunch's limits.
+    assert question(TUNE, 'algorithm')['choices'] == list(_speculative.ALGORITHMS)
+    for variable in ('steps', 'topk', 'draft_tokens'):
+        numbers = [int(c) for c in question(TUNE, variable)['choices'] if c != 'auto']
+        assert numbers == sorted(set(numbers)), variable
+        assert question(RELAUNCH, variable)['min'] <= numbers[0] and numbers[-1] <= question(RELAUNCH, variable)['max'], variable
+    assert question(TUNE, 'draft_tokens')['choices'][0] == 'auto'
+    assert [int(c) for c in question(TUNE, 'benchmark_concurrency')['choices']] == [2**n for n in range(9)]
+    for variable in ('adaptive', 'apply'):
+        assert question(TUNE, variable)['default'] == 'false' and question(TUNE, variable)['choices'] == ['false', 'true']
+    # A multiselect answer is a list of choices; AWX refuses anything else.
+    with pytest.raises(SurveyRefused) as refused:
+        launch_extra_vars(TUNE, dict(steps='3'))
+    assert "'steps' value is expected to be a list." in refused.value.errors
+    with pytest.raises(SurveyRefused) as refused:
+        launch_extra_vars(TUNE, dict(steps=['3', '9']))
+    assert any(e.startswith("Value 9 for 'steps' expected to be one of") for e in refused.value.errors), refused.value.errors
+    extra = launch_extra_vars(TUNE, dict(steps=['2', '3']))
+    assert extra['steps'] == ['2', '3'] and 'benchmark_concurrency' not in extra and extra['apply'] == 'false', extra
 
 
 # --- AWX's survey rules (the helper) --------------------------------------------------------------
@@ -377,3 +430,76 @@ def test_relaunch_status_reset_jobs_and_bad_answers_touch_nothing(make_host, tmp
         assert not any(alive(pid) for pid in pids.values())
     finally:
         stop_all(inventory_file)
+
+
+# --- the tuning sweep's job template -----------------------------------------------------------------
+
+# A small grid (three points and the baseline, two repeats, on three hosts): the simulator's optimum at
+# concurrency 1 is 3 steps (tests/integration/tune_fleet.py).
+TUNE_ANSWERS = dict(
+    algorithm=['EAGLE'],
+    steps=['1', '3', '6'],
+    topk=['1'],
+    draft_tokens=['auto'],
+    benchmark_input_len=16,
+    benchmark_output_len=64,
+    benchmark_num_prompts=4,
+    benchmark_concurrency=['1'],
+    benchmark_warmup_requests=1,
+    repeats=2,
+    seed=5,
+)
+
+
+def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_host, tmp_path):
+    fleet = make_fleet(make_host, tmp_path, count=3, gpu_reset_install_python_deps=False, gpu_reset_grace_period=1)
+    hosts = fleet['vars']
+    jobs = tmp_path / 'jobs'
+    try:
+        assert_successful(launch(jobs / 'relaunch', 'playbooks/relaunch.yml', dict(batch=3), hosts), hosts)
+        before = dict((name, server_pid(hvars)) for name, hvars in hosts.items())
+        assert all(before.values()), before
+
+        # Refused before anything is touched: YAML that is not a mapping (awx/tune.yml), and a point SGLang's
+        # rules refuse (the sweep's plan); both jobs at once, the servers untouched.
+        refused = run_jobs(
+            [
+                (jobs / 'bad-yaml', TUNE, launch_extra_vars(TUNE, dict(TUNE_ANSWERS, tune_environments='- NCCL_PROTO=LL'))),
+                (jobs / 'bad-point', TUNE, launch_extra_vars(TUNE, dict(TUNE_ANSWERS, steps=['3'], draft_tokens=['7']))),
+            ],
+            hosts,
+        )
+        assert refused[0].status == 'failed' and 'Environment variants must be a YAML mapping' in refused[0].failures(), refused[0].stdout[-3000:]
+        assert refused[1].status == 'failed' and 'speculative.num_draft_tokens' in refused[1].failures(), refused[1].stdout[-3000:]
+        for job in refused:
+            assert 'Sweep, every host in every round' not in job.plays(), job.plays()
+        assert dict((name, server_pid(hvars)) for name, hvars in hosts.items()) == before
+
+        job = launch(jobs / 'tune', 'awx/tune.yml', TUNE_ANSWERS, hosts)
+        assert job.status == 'successful' and job.rc == 0, job.failures() or job.stdout[-5000:]
+        assert not job.stats()['failures'], job.stats()
+        artifacts = job.artifacts()
+        # The run directory is the job's own artifacts directory (AWX_ISOLATED_DATA_DIR): no run_dir was answered.
+        assert job.artifacts_dir is not None
+        run_dir = job.artifacts_dir / 'tune'
+        assert Path(artifacts['tune_run_dir']).resolve() == run_dir.resolve(), artifacts['tune_run_dir']
+        plan = json.loads((run_dir / 'plan.json').read_text())
+        assert artifacts['tune_seed'] == 5 and len(plan['points']) == 4
+        assert artifacts['tune_winner']['point'] == expected_optimum(plan['points'], 1)['id'], artifacts['tune_winner']
+        assert artifacts['tune_winners']['1']['point'] == artifacts['tune_winner']['point']
+        rows = list(csv.DictReader(io.StringIO(artifacts['tune_summary_csv'])))
+        assert sorted(r['point'] for r in rows) == sorted(p['id'] for p in plan['points'])
+        assert artifacts['tune_summary_csv'] == (run_dir / 'summary.csv').read_text().rstrip('\n')
+        assert 'seed **5**' in artifacts['tune_report_md'] and artifacts['tune_report_md'] == (run_dir / 'report.md').read_text().rstrip('\n')
+        assert any(isinstance(line, str) and 'winner' in line.lower() for line in artifacts['tune_verdict']), artifacts['tune_verdict']
+        for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png'):
+            kept = artifacts['tune_files'][name]
+            data = (run_dir / name).read_bytes()
+            assert kept == dict(path=str(run_dir / name), size=len(data), checksum=hashlib.sha256(data).hexdigest()), (name, kept)
+        assert (run_dir / 'plot.png').read_bytes()[:8] == PNG_SIGNATURE
+        trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines()]
+        assert len(trials) == 8 and all(t['status'] == 'ok' for t in trials), trials
+        # apply was false: every host serves what it served before (a fresh server, verified by the sweep).
+        assert all(state(hvars)['config']['speculative']['num_steps'] == 2 and server_pid(hvars) for hvars in hosts.values())
+    finally:
+        stop_all(fleet['inventory'])
