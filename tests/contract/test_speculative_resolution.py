@@ -46,6 +46,7 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -349,11 +350,20 @@ def _oracle_main(source_dir, msgspec_dir, model_dir, points_file, out_file):  # 
 generator = _load("generate_sglang_flags", GENERATOR)
 
 
+def pinned_version():
+    """The release the simulator's generated table is for (read, not imported: it names itself)."""
+    with open(SIMULATOR_TABLE, encoding="utf-8") as handle:
+        for node in ast.parse(handle.read()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SGLANG_VERSION" for t in node.targets):
+                return ast.literal_eval(node.value)
+    raise AssertionError("no SGLANG_VERSION in %s" % SIMULATOR_TABLE)
+
+
 @pytest.fixture(scope="module")
 def wheel_path():
     path = os.environ.get("SGLANG_CONTRACT_WHEEL")
     try:
-        path = path or generator.download_wheel(os.environ.get("SGLANG_CONTRACT_VERSION", "0.5.23"))
+        path = path or generator.download_wheel(os.environ.get("SGLANG_CONTRACT_VERSION", pinned_version()))
         generator.Wheel(path).version()
     except generator.ExtractionError as exc:
         pytest.fail("cannot read the SGLang wheel, so the contract cannot be checked: %s" % exc)
@@ -365,17 +375,24 @@ def extracted(wheel_path):
     return generator.extract(wheel_path)
 
 
+def _extracted(wheel, wanted):
+    """The wheel's files (those `wanted` names) under .cache/sglang-src/<wheel name>/, extracted once, atomically."""
+    target = os.path.join(SOURCE_CACHE, os.path.basename(wheel)[: -len(".whl")])
+    if not os.path.isdir(target):
+        partial = "%s.partial-%d" % (target, os.getpid())
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(partial, [name for name in archive.namelist() if wanted(name)])
+        try:
+            os.rename(partial, target)
+        except OSError:  # another session got there first
+            shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
 @pytest.fixture(scope="module")
 def source_dir(wheel_path):
     """The wheel's sglang/ tree on disk, extracted once per wheel into .cache/sglang-src/."""
-    target = os.path.join(SOURCE_CACHE, os.path.basename(wheel_path)[: -len(".whl")])
-    marker = os.path.join(target, ".complete")
-    if not os.path.exists(marker):
-        with zipfile.ZipFile(wheel_path) as archive:
-            archive.extractall(target, [name for name in archive.namelist() if name.startswith("sglang/")])
-        with open(marker, "w", encoding="utf-8") as handle:
-            handle.write(wheel_path + "\n")
-    return target
+    return _extracted(wheel_path, lambda name: name.startswith("sglang/"))
 
 
 @pytest.fixture(scope="module")
@@ -393,13 +410,7 @@ def msgspec_dir():
         found = [n for n in sorted(os.listdir(wheels)) if n.startswith("msgspec-%s-" % MSGSPEC_VERSION) and n.endswith(".whl")]
         if proc.returncode != 0 or not found:
             pytest.fail("SGLang's ServerArgs needs msgspec, and pip could not fetch it (exit %d):\n%s" % (proc.returncode, proc.stdout[-3000:]))
-    target = os.path.join(cache, "sglang-src", found[0][: -len(".whl")])
-    if not os.path.exists(os.path.join(target, ".complete")):
-        with zipfile.ZipFile(os.path.join(wheels, found[0])) as archive:
-            archive.extractall(target)
-        with open(os.path.join(target, ".complete"), "w", encoding="utf-8") as handle:
-            handle.write(found[0] + "\n")
-    return target
+    return _extracted(os.path.join(wheels, found[0]), lambda name: True)
 
 
 def _oracle_points():
