@@ -43,6 +43,7 @@ mkdir -p "$work/src"
 git ls-files -z | tar --null -T - -cf - | tar -C "$work/src" -xf -
 "$venv_bin/ansible-galaxy" collection build --force --output-path "$work" "$work/src" >/dev/null
 
+old_id=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 build_start=$SECONDS
 say "ansible-builder build ${no_cache[*]} -> $image (log: $work/build.log)"
 if ! "$venv_bin/ansible-builder" build "${no_cache[@]}" --container-runtime podman \
@@ -53,6 +54,12 @@ if ! "$venv_bin/ansible-builder" build "${no_cache[@]}" --container-runtime podm
   exit 1
 fi
 seconds=$((SECONDS - build_start))
+# The previous build is now untagged: drop it unless a container still uses it (the build stages'
+# intermediate images stay: they are podman's layer cache for the next build).
+new_id=$(podman image inspect --format '{{.Id}}' "$image")
+if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then
+  podman image rm "$old_id" >/dev/null 2>&1 || say "previous image ${old_id:0:12} still in use; left in place"
+fi
 size=$(podman image inspect --format '{{.Size}}' "$image" | numfmt --to=iec)
 say "built $image in ${seconds} s (${size}B)${no_cache:+, no cache}"
 printf '%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "${no_cache[*]:-cached}" "$seconds" >>"$work/timings.tsv"

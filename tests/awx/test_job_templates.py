@@ -291,6 +291,10 @@ def test_ansible_builder_creates_the_build_context(tmp_path):
     locked = dict(line.split('==') for line in (REPO / 'tests' / 'requirements.txt').read_text().split() if '==' in line)
     assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core==%s ansible-runner==%s"' % (locked['ansible-core'], locked['ansible-runner']) in containerfile
     assert 'ARG EE_BASE_IMAGE="localhost/gpufleet-ee-base:latest"' in containerfile
+    # The sweep's plot is drawn in the EE: matplotlib at the version the tests use. Debian's apt-get installs the
+    # collection's system packages, and pip comes from the base (Debian disables ensurepip).
+    assert 'RUN $PYCMD -m pip install --no-cache-dir matplotlib==%s' % locked['matplotlib'] in containerfile
+    assert 'ARG PKGMGR="/usr/bin/apt-get"' in containerfile and 'pip_install' not in containerfile
     requirements = yaml.safe_load((context / '_build' / 'requirements.yml').read_text())
     assert requirements == dict(collections=[dict(name='collection/%s' % tarball, type='file')])
     assert (context / '_build' / 'collection' / tarball).is_file()
