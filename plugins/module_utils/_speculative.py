@@ -271,6 +271,9 @@ def resolve(
 
 def _resolve_eagle_family(out, result, requested, model_architecture):
     steps, topk, draft_tokens = result["num_steps"], result["eagle_topk"], result["num_draft_tokens"]
+    if steps is not None and topk == 1 and draft_tokens is None:
+        # SGLang runs a chain (top-k 1) given only its steps with num_steps + 1 draft tokens.
+        draft_tokens = result["num_draft_tokens"] = steps + 1
     given = [name for name in ("num_steps", "eagle_topk", "num_draft_tokens") if result[name] is not None]
     if given and len(given) != 3:
         missing = [name for name in ("num_steps", "eagle_topk", "num_draft_tokens") if result[name] is None]
@@ -279,7 +282,8 @@ def _resolve_eagle_family(out, result, requested, model_architecture):
             out.field(first),
             result[first],
             "is given without %s: SGLang takes num_steps, "
-            "eagle_topk and num_draft_tokens all together or none of them" % ", ".join(out.field(m) for m in missing),
+            "eagle_topk and num_draft_tokens all together or none of them (num_draft_tokens may be left out when eagle_topk is 1)"
+            % ", ".join(out.field(m) for m in missing),
         )
     if not given:
         chosen = auto_params(requested, model_architecture)

@@ -584,11 +584,6 @@ def table(rows, who, limit=40):
     return "\n".join(lines)
 
 
-def known_collection_disagreement(point):
-    """Steps and top-k 1 given without draft tokens, for the EAGLE family (see the xfail test below)."""
-    return _family(point) in EAGLE_FAMILY and point.get("steps") is not None and point.get("topk") == 1 and point.get("draft_tokens") is None
-
-
 def _compared_points():
     return grid_points() + [dict(p) for p in EXTRA_POINTS]
 
@@ -635,23 +630,6 @@ def test_simulator_agrees_with_sglang_point_by_point(oracle):
 def test_collection_agrees_with_sglang_point_by_point(oracle):
     rows = []
     for point in _compared_points():
-        if known_collection_disagreement(point):
-            continue
-        outcome, open_fields = collection_outcome(point, oracle["model_path"])
-        rows += disagreements(point, _sglang_for_collection(oracle, point), outcome, open_fields)
-    assert not rows, table(rows, "the collection (plugins/module_utils/_speculative.py)")
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="SGLang 0.5.23 accepts --speculative-num-steps N --speculative-eagle-topk 1 without --speculative-num-draft-tokens "
-    "and runs N + 1 draft tokens (_handle_eagle_family); the collection refuses it as 'all together or none of them'",
-)
-def test_collection_accepts_steps_and_topk_one_without_draft_tokens(oracle):
-    rows = []
-    points = [p for p in _compared_points() if known_collection_disagreement(p)]
-    assert len(points) > 50
-    for point in points:
         outcome, open_fields = collection_outcome(point, oracle["model_path"])
         rows += disagreements(point, _sglang_for_collection(oracle, point), outcome, open_fields)
     assert not rows, table(rows, "the collection (plugins/module_utils/_speculative.py)")

@@ -93,6 +93,8 @@ ACCEPTED = [
         dict(num_steps=None, eagle_topk=None, num_draft_tokens=None, params_source="sglang", max_running_requests=48),
     ),
     (dict(algorithm="STANDALONE", draft_model_path="d"), dict(num_steps=3, eagle_topk=1, num_draft_tokens=4)),
+    # SGLang runs a chain given only its steps with num_steps + 1 draft tokens.
+    (dict(algorithm="EAGLE3", draft_model_path="d", num_steps=2, eagle_topk=1), dict(num_steps=2, eagle_topk=1, num_draft_tokens=3, params_source="user")),
     (
         dict(algorithm="nextn", model_architecture="DeepseekV3ForCausalLM"),
         dict(
@@ -179,6 +181,7 @@ REFUSED = [
         "not a whole number",
     ),
     (dict(algorithm="EAGLE", draft_model_path="d", num_steps=3), "speculative.num_steps", 3, "all together or none"),
+    (dict(algorithm="EAGLE", draft_model_path="d", num_steps=3, eagle_topk=2), "speculative.num_steps", 3, "left out when eagle_topk is 1"),
     (dict(algorithm="EAGLE", draft_model_path="d", eagle_topk=1, num_draft_tokens=4), "speculative.eagle_topk", 1, "without speculative.num_steps"),
     (dict(algorithm="EAGLE"), "speculative.draft_model_path", None, "EAGLE needs a draft model"),
     (dict(algorithm="NEXTN", model_architecture="LlamaForCausalLM"), "speculative.draft_model_path", None, "NEXTN needs a draft model"),
