@@ -80,8 +80,12 @@ class ModuleExit(Exception):
         self.result = result
 
 
-class ModuleFail(ModuleExit):
-    """AnsibleModule.fail_json was called."""
+class ModuleFail(Exception):
+    """AnsibleModule.fail_json was called; ``result`` is what it got."""
+
+    def __init__(self, result: dict) -> None:
+        super().__init__(result)
+        self.result = result
 
 
 class FakeModule:
