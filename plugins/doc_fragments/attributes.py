@@ -6,9 +6,12 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # What the attributes mean; each module states its support in its own documentation.
+    # What the attributes mean; each module states its support in its own documentation. Every module of the
+    # collection takes this fragment, so the author of them all is written here once.
     DOCUMENTATION = r'''
 options: {}
+author:
+  - gpufleet.sglang maintainers (@gpufleet)
 attributes:
   check_mode:
     description: Can run in check mode and return changed status prediction without modifying target.

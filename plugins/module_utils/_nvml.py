@@ -19,6 +19,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from ansible.module_utils.basic import missing_required_lib
+
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 
 if TYPE_CHECKING:
@@ -41,6 +43,18 @@ else:
 
 NVML_LIBRARY = 'nvidia-ml-py'
 MIB = 1024 * 1024
+
+
+def gpu_argument_spec(**options) -> dict:
+    """A GPU module's argument spec: the gpus option of the gpufleet.sglang.nvml doc fragment, then ``options``."""
+    return dict(gpus=dict(type='list', elements='str', default=[]), **options)
+
+
+def fail_without_pynvml(module) -> None:
+    """Fail the task as Ansible reports a missing library, when nvidia-ml-py cannot be imported on the host."""
+    if PYNVML_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
+
 
 # nvml.h: nvmlMemory_v2 = NVML_STRUCT_VERSION(Memory, 2)
 _MEMORY_V2 = 0x02000028

@@ -15,21 +15,21 @@ description:
     owner, command line, parent, process group and session).
   - The same figures as C(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits),
     plus what is needed to decide what to stop. Read-only.
-extends_documentation_fragment:
-  - gpufleet.sglang.attributes
-  - gpufleet.sglang.nvml
 attributes:
   check_mode:
     support: full
+    details: It only reads, in check mode as in a normal run.
   diff_mode:
     support: none
   idempotent:
     support: full
+extends_documentation_fragment:
+  - gpufleet.sglang.attributes
+  - gpufleet.sglang.nvml
+  - gpufleet.sglang.nvml.requirements
 seealso:
   - module: gpufleet.sglang.gpu_kill
   - module: gpufleet.sglang.gpu_wait_clean
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''
@@ -128,25 +128,19 @@ gpus:
           sid: 48200
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY,
-    PYNVML_IMPORT_ERROR,
     Nvml,
     NvmlError,
+    fail_without_pynvml,
+    gpu_argument_spec,
 )
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type='list', elements='str', default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    if PYNVML_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
+    module = AnsibleModule(argument_spec=gpu_argument_spec(), supports_check_mode=True)
+    fail_without_pynvml(module)
     try:
         with Nvml() as nvml:
             indexes = nvml.select(module.params['gpus'])

@@ -33,6 +33,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.sglang.attributes
   - gpufleet.sglang.nvml
+  - gpufleet.sglang.nvml.requirements
 attributes:
   check_mode:
     support: full
@@ -115,8 +116,6 @@ notes:
 seealso:
   - module: gpufleet.sglang.gpu_wait_clean
   - module: gpufleet.sglang.gpu_info
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''
@@ -245,13 +244,13 @@ excluded:
 import math
 import re
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY,
-    PYNVML_IMPORT_ERROR,
     Nvml,
     NvmlError,
+    fail_without_pynvml,
+    gpu_argument_spec,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._ownership import Ownership
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import (
@@ -365,8 +364,7 @@ class GpuKiller:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type='list', elements='str', default=[]),
+        argument_spec=gpu_argument_spec(
             match=dict(type='str', default=DEFAULT_MATCH),
             kill_unmatched=dict(type='bool', default=False),
             scope=dict(type='str', default='server', choices=['server', 'process']),
@@ -375,8 +373,7 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    if PYNVML_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
+    fail_without_pynvml(module)
     params = module.params
     try:
         re.compile(params['match'])

@@ -21,6 +21,8 @@ description:
 extends_documentation_fragment:
   - gpufleet.sglang.attributes
   - gpufleet.sglang.nvml
+  - gpufleet.sglang.nvml.requirements
+  - gpufleet.sglang.nvml.clean
 attributes:
   check_mode:
     support: full
@@ -30,14 +32,6 @@ attributes:
   idempotent:
     support: full
 options:
-  max_used_mib:
-    description:
-      - Used memory, in MiB, at or under which a GPU without compute processes counts as clean.
-      - Measured without driver-reserved memory (NVML v2 figures), so an idle GPU reads 0 MiB.
-        The small default tolerates driver bookkeeping; any CUDA context costs hundreds of MiB, so
-        it cannot hide a real holder.
-    type: int
-    default: 64
   timeout:
     description:
       - Seconds to wait for the GPUs to become clean before failing.
@@ -51,8 +45,6 @@ options:
 seealso:
   - module: gpufleet.sglang.gpu_kill
   - module: gpufleet.sglang.gpu_info
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''
@@ -72,41 +64,14 @@ EXAMPLES = r'''
 
 RETURN = r'''
 gpus:
-  description: Final state of each chosen GPU.
+  description:
+    - The state of each chosen GPU once clean, with the keys of RV(gpufleet.sglang.gpu_info#module:gpus) but the
+      product name; its C(processes) list is empty (a clean GPU holds no compute process).
+    - On timeout, the state of each GPU at the last poll, each process with the keys of
+      RV(gpufleet.sglang.gpu_info#module:gpus[].processes).
   returned: always
   type: list
   elements: dict
-  contains:
-    index:
-      description: GPU index.
-      type: int
-      sample: 0
-    uuid:
-      description: GPU UUID.
-      type: str
-      sample: GPU-5b1f0c9e-8a1d-4b7a-9d0e-2f6c3a4b5d6e
-    total_mib:
-      description: Total memory in MiB.
-      type: int
-      sample: 143771
-    reserved_mib:
-      description: Driver-reserved memory in MiB; null on drivers without NVML's v2 memory query.
-      type: int
-      sample: 527
-    used_mib:
-      description: Used memory in MiB, reserved memory excluded.
-      type: int
-      sample: 0
-    free_mib:
-      description: Free memory in MiB.
-      type: int
-      sample: 143244
-    processes:
-      description: Compute processes still on the GPU (empty when clean); on timeout each has
-        C(pid), C(used_mib), C(cmdline), C(user), C(ppid), C(pgid) and C(sid).
-      type: list
-      elements: dict
-      sample: []
   sample:
     - index: 0
       uuid: GPU-5b1f0c9e-8a1d-4b7a-9d0e-2f6c3a4b5d6e
@@ -129,30 +94,28 @@ polls:
 
 import math
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import (
-    NVML_LIBRARY,
-    PYNVML_IMPORT_ERROR,
     Nvml,
     NvmlError,
     WaitTimeout,
+    fail_without_pynvml,
+    gpu_argument_spec,
     wait_clean,
 )
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(
-            gpus=dict(type='list', elements='str', default=[]),
+        argument_spec=gpu_argument_spec(
             max_used_mib=dict(type='int', default=64),
             timeout=dict(type='float', default=120),
             poll_interval=dict(type='float', default=0.1),
         ),
         supports_check_mode=True,
     )
-    if PYNVML_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
+    fail_without_pynvml(module)
     params = module.params
     for field, low in (('max_used_mib', 0), ('timeout', 0), ('poll_interval', 0.01)):
         # nan compares false with everything and inf never passes: a wait must end.

@@ -68,8 +68,6 @@ notes:
 seealso:
   - module: gpufleet.sglang.sglang_launch
   - module: gpufleet.sglang.gpu_info
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''

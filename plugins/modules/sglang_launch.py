@@ -32,8 +32,6 @@ description:
     reported as unchanged.
   - State (resolved configuration, command line, process or unit, previous and last known good
     configuration) is kept in O(state_dir), private to root.
-extends_documentation_fragment:
-  - gpufleet.sglang.attributes
 attributes:
   check_mode:
     support: full
@@ -47,6 +45,10 @@ attributes:
     support: full
     details: With O(state=started), a second run finds the same configurations running and healthy.
       O(state=restarted) always relaunches.
+extends_documentation_fragment:
+  - gpufleet.sglang.attributes
+  - gpufleet.sglang.nvml.requirements
+  - gpufleet.sglang.nvml.clean
 options:
   state:
     description:
@@ -275,19 +277,10 @@ options:
     description: Seconds to wait for the old server's GPUs to be clean before starting the new one.
     type: float
     default: 120
-  max_used_mib:
-    description: Used memory in MiB at or under which a GPU without compute processes counts as clean,
-      as in M(gpufleet.sglang.gpu_wait_clean).
-    type: int
-    default: 64
   smoke_prompt:
     description: The prompt of the smoke generation.
     type: str
     default: Explain speculative decoding in one paragraph.
-requirements:
-  - The NVIDIA driver on the target host (C(libnvidia-ml.so.1) where the dynamic loader finds it).
-  - The Python package C(nvidia-ml-py) for the interpreter Ansible uses on the target host
-    (the collection's C(gpufleet.sglang.gpu_python) and C(gpufleet.sglang.sglang_install) roles install it).
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -299,8 +292,6 @@ seealso:
   - module: gpufleet.sglang.sglang_info
   - module: gpufleet.sglang.gpu_wait_clean
   - module: gpufleet.sglang.gpu_kill
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''
@@ -499,10 +490,10 @@ seconds_validate:
   sample: 0.31
 '''
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON, DEFAULT_STATE_DIR, SMOKE_PROMPT
-from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NVML_LIBRARY, PYNVML_IMPORT_ERROR, NvmlError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NvmlError, fail_without_pynvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import READY_PATHS, LaunchError
 
@@ -561,8 +552,7 @@ def main() -> None:
         ),
         supports_check_mode=True,
     )
-    if PYNVML_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib(NVML_LIBRARY), exception=PYNVML_IMPORT_ERROR)
+    fail_without_pynvml(module)
     relaunch = Relaunch(module.params, module.check_mode, module._diff, module.warn)
     try:
         result = relaunch.run()
