@@ -505,5 +505,18 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         assert len(trials) == 8 and all(t['status'] == 'ok' for t in trials), trials
         # apply was false: every host serves what it served before (a fresh server, verified by the sweep).
         assert all(state(hvars)['config']['speculative']['num_steps'] == 2 and server_pid(hvars) for hvars in hosts.values())
+
+        # The same run directory answered (a path exposed to jobs keeps it), with apply: the sweep resumes,
+        # measures nothing again, and the fleet serves the winner.
+        applied = launch(jobs / 'tune-apply', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='true'), hosts)
+        assert applied.status == 'successful' and applied.rc == 0, applied.failures() or applied.stdout[-5000:]
+        assert 'resuming: 8 trials already done' in applied.stdout, applied.stdout[-5000:]
+        assert len((run_dir / 'trials.jsonl').read_text().splitlines()) == 8
+        assert applied.artifacts()['tune_winner']['point'] == artifacts['tune_winner']['point']
+        best = next(p for p in plan['points'] if p['id'] == artifacts['tune_winner']['point'])
+        for hvars in hosts.values():
+            speculative = state(hvars)['config']['speculative']
+            assert (speculative['num_steps'], speculative['num_draft_tokens']) == (best['num_steps'], best['num_draft_tokens']), speculative
+            assert server_pid(hvars)
     finally:
         stop_all(fleet['inventory'])
