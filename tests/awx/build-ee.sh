@@ -45,7 +45,7 @@ git ls-files -z | tar --null -T - -cf - | tar -C "$work/src" -xf -
 
 old_id=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 build_start=$SECONDS
-say "ansible-builder build ${no_cache[*]} -> $image (log: $work/build.log)"
+say "ansible-builder build${no_cache:+ --no-cache} -> $image (log: $work/build.log)"
 if ! "$venv_bin/ansible-builder" build "${no_cache[@]}" --container-runtime podman \
   -f "$work/awx/execution-environment.yml" -c "$work/context" -t "$image" \
   --build-arg "EE_BASE_IMAGE=${GPUFLEET_TEST_IMAGE}" -v 3 >"$work/build.log" 2>&1; then
