@@ -381,9 +381,9 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     if timing:
         lines += ['## Time', '']
         lines.append(
-            'Sweep wall time %.1f s for %d trials; the hosts benchmarked at the same time for %.0f%% of the rounds\' benchmark time '
-            '(the busiest round had %d hosts benchmarking at once).'
-            % (timing['wall'], timing['trials'], 100 * timing['parallel_share'], timing['max_parallel'])
+            'Sweep wall time %.1f s for %d trials taking %.1f s in all: %.1f hosts at work at once on average; two or more '
+            'hosts benchmarked at the same time for %.0f%% of the benchmark time, at most %d at once.'
+            % (timing['wall'], timing['trials'], timing['busy'], timing['hosts_at_once'], 100 * timing['parallel_share'], timing['max_parallel'])
         )
         lines.append('')
     lines.append('Files: `trials.jsonl` (every trial), `summary.csv` (one row per point and concurrency), `plot.png`.')
@@ -516,7 +516,12 @@ def plot_png(path: str, rows: list[dict], concurrency: int, title: str) -> None:
 
 
 def timing(trials: list[dict]) -> dict:
-    """How parallel the sweep really was, from the benchmark windows the hosts recorded."""
+    """How parallel the sweep really was, from the windows the hosts recorded.
+
+    ``wall``: first trial start to last trial end; ``busy``: the trials' own seconds added up (``busy / wall`` is how
+    many hosts worked at once on average); ``parallel_share``: the part of the time some host benchmarked during which
+    at least two did; ``max_parallel``: the most hosts benchmarking at one instant.
+    """
     windows = [t['benchmark_window'] for t in trials if t.get('benchmark_window')]
     spans = [t['span'] for t in trials if t.get('span')]
     if not windows or not spans:
@@ -535,7 +540,17 @@ def timing(trials: list[dict]) -> dict:
         running += step
         peak = max(peak, running)
         last = moment
-    return dict(wall=end - start, trials=len(spans), parallel_share=parallel / busy if busy else 0.0, max_parallel=peak, start=start, end=end)
+    work = sum(s['end'] - s['start'] for s in spans)
+    return dict(
+        wall=end - start,
+        trials=len(spans),
+        busy=work,
+        hosts_at_once=work / (end - start) if end > start else 0.0,
+        parallel_share=parallel / busy if busy else 0.0,
+        max_parallel=peak,
+        start=start,
+        end=end,
+    )
 
 
 def write_all(run_dir: str, plan: dict, title: str | None = None) -> dict:

@@ -197,18 +197,20 @@ def test_write_all_writes_every_file(tmp_path):
 
 
 TIMINGS = [
-    # (windows, share of busy time with two or more benchmarking, peak)
-    ([(0, 10), (0, 10)], 1.0, 2),
-    ([(0, 10), (10, 20)], 0.0, 1),
-    ([(0, 10), (5, 15)], 5 / 15, 2),
+    # (windows, share of busy time with two or more benchmarking, peak, hosts at work at once on average)
+    ([(0, 10), (0, 10)], 1.0, 2, 2.0),
+    ([(0, 10), (10, 20)], 0.0, 1, 1.0),
+    ([(0, 10), (5, 15)], 5 / 15, 2, 20 / 15),
 ]
 
 
-@pytest.mark.parametrize('windows, share, peak', TIMINGS)
-def test_timing(windows, share, peak):
+@pytest.mark.parametrize('windows, share, peak, at_once', TIMINGS)
+def test_timing(windows, share, peak, at_once):
     trials = [dict(benchmark_window=dict(start=s, end=e), span=dict(start=s, end=e)) for s, e in windows]
     spent = store.timing(trials)
     assert spent['parallel_share'] == pytest.approx(share) and spent['max_parallel'] == peak
+    assert spent['hosts_at_once'] == pytest.approx(at_once)
+    assert store.timing([]) == {}
 
 
 def test_the_module_documents_the_action_plugins_arguments():
