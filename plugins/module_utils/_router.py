@@ -443,7 +443,7 @@ class Membership:
                 message = 'worker %s does not answer /health with 200: it is not added to any router' % worker['key']
                 if not self.check_mode:
                     raise RouterError(message)
-                self.warn(message)
+                self.warn(message.replace('it is not added', 'it would not be added'))
         if self.check_mode or not todo:
             for row in rows:
                 if not row['added']:

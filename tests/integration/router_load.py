@@ -63,7 +63,9 @@ def metrics(text: str) -> list[tuple[str, dict, float]]:
 class Router:
     """`smg launch` on 127.0.0.1, started here and stopped by stop() (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, log: Path, policy: str = 'round_robin') -> None:
+    def __init__(self, log: Path, policy: str = 'round_robin', api_key: str | None = None) -> None:
+        self.api_key = api_key
+        self.headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
         self.port = free_port()
         self.metrics_port = free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
@@ -71,6 +73,8 @@ class Router:
         argv = [str(SMG), 'launch', '--host', '127.0.0.1', '--port', str(self.port), '--policy', policy]
         argv += ['--prometheus-host', '127.0.0.1', '--prometheus-port', str(self.metrics_port)]
         argv += ['--health-check-interval-secs', '5', '--health-failure-threshold', '2', '--log-level', 'warn']
+        if api_key:
+            argv += ['--api-key', api_key]  # a test router: the role keeps it off the command line
         self.log = log.open('ab')
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(self._live, timeout=20, what='sglang-router on %s' % self.url)
@@ -84,7 +88,7 @@ class Router:
             return False
 
     def workers(self) -> list[dict]:
-        status, body = request('GET', self.url + '/workers')
+        status, body = request('GET', self.url + '/workers', headers=self.headers)
         assert status == 200, body
         return json.loads(body)['workers']
 
@@ -122,7 +126,12 @@ class Router:
 class Load:
     """`clients` closed-loop clients through the router, half of the requests streaming; bounded in count and time."""
 
-    def __init__(self, url: str, model: str, clients: int = 12, max_requests: int = 20000, max_seconds: float = 180.0, max_tokens: int = 24) -> None:
+    def __init__(
+        self, url: str, model: str, clients: int = 12, max_requests: int = 20000, max_seconds: float = 180.0, max_tokens: int = 24, api_key: str | None = None
+    ) -> None:
+        self.headers = {'Content-Type': 'application/json'}
+        if api_key:
+            self.headers['Authorization'] = 'Bearer %s' % api_key
         self.url = url
         self.model = model
         self.clients = clients
@@ -175,7 +184,7 @@ class Load:
         )
         connection = http.client.HTTPConnection(host, int(port), timeout=60)
         try:
-            connection.request('POST', '/v1/chat/completions', body=json.dumps(payload), headers={'Content-Type': 'application/json'})
+            connection.request('POST', '/v1/chat/completions', body=json.dumps(payload), headers=self.headers)
             response = connection.getresponse()
             if response.status != 200:
                 return False, 'HTTP %d %s' % (response.status, response.read()[:200].decode('utf-8', 'replace'))

@@ -25,6 +25,9 @@ from router_load import Load, Router, free_port, request
 from simfleet import ansible_env, wait_for
 
 CLIENTS = 12
+# The router and the servers want API keys: the relaunch sends them and never prints them.
+ROUTER_KEY = 'router-key-not-for-logs'
+SERVER_KEY = 'server-key-not-for-logs'
 
 
 def failures(records: list[dict]) -> list[dict]:
@@ -50,6 +53,7 @@ def write_routed_inventory(path, fleet: dict, router: Router, **router_vars):
         sglang_router_url=router.url,
         sglang_router_metrics_url=router.metrics_url,
         sglang_router_workers_group='gpu_servers',
+        sglang_router_api_key=ROUTER_KEY,
     )
     lb.update(router_vars)
     path.write_text(json.dumps(dict(gpu_servers=dict(hosts=fleet), sglang_routers=dict(hosts={'lb-1': lb})), indent=2))
@@ -59,9 +63,9 @@ def write_routed_inventory(path, fleet: dict, router: Router, **router_vars):
 @pytest.fixture
 def routed(make_host, tmp_path):
     hosts = [make_host('gpu-%s' % n, gpu_count=2) for n in 'abc']
-    fleet = dict((h.name, host_vars(h, sglang_server_stop_timeout=3)) for h in hosts)
+    fleet = dict((h.name, host_vars(h, sglang_server_stop_timeout=3, sglang_server_api_key=SERVER_KEY)) for h in hosts)
     plain = write_inventory(tmp_path / 'plain.json', fleet)
-    router = Router(tmp_path / 'router.log')
+    router = Router(tmp_path / 'router.log', api_key=ROUTER_KEY)
     try:
         routed = write_routed_inventory(tmp_path / 'routed.json', fleet, router)
         yield dict(hosts=hosts, vars=fleet, plain=plain, routed=routed, router=router, tmp=tmp_path)
@@ -87,7 +91,7 @@ def test_rolling_relaunch_behind_the_router_fails_no_request_and_without_it_does
     router = routed['router']
     start(routed)
 
-    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150, api_key=ROUTER_KEY).start()
     try:
         out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', timeout=240)
     finally:
@@ -96,6 +100,7 @@ def test_rolling_relaunch_behind_the_router_fails_no_request_and_without_it_does
     print('\n'.join(table(out.stdout)))
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr
     assert not warnings(out), warnings(out)
+    assert ROUTER_KEY not in out.stdout + out.stderr and SERVER_KEY not in out.stdout + out.stderr
     assert len(records) > 100, len(records)
     assert failures(records) == [], failures(records)[:10]
     counted = router.counters()
@@ -121,7 +126,7 @@ def test_rolling_relaunch_behind_the_router_fails_no_request_and_without_it_does
         assert any(start_ <= r['start'] <= end for r in records), (start_, end)
 
     # Negative control: the same roll without the router steps (the router is not in the inventory), same load.
-    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150, api_key=ROUTER_KEY).start()
     try:
         bare = run(routed['plain'], 'relaunch.yml', '-e', 'steps=4', '-e', 'batch=1', timeout=240)
     finally:
@@ -151,7 +156,7 @@ def test_check_mode_reports_a_server_the_router_does_not_know_and_the_roll_does_
     start(routed)
     router = routed['router']
     outsider = next(w for w in router.workers() if w['url'].endswith(':%d' % routed['vars']['gpu-c']['sglang_server_port']))
-    status, _body = request('DELETE', router.url + '/workers/' + outsider['id'])
+    status, _body = request('DELETE', router.url + '/workers/' + outsider['id'], headers=router.headers)
     assert status == 202
     check = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '--check')
     assert check.returncode == 0, check.stdout[-4000:]
@@ -161,6 +166,12 @@ def test_check_mode_reports_a_server_the_router_does_not_know_and_the_roll_does_
     assert out.returncode == 0, out.stdout[-4000:]
     assert all(steps_running(v) == 3 for v in routed['vars'].values())
     assert sorted(w['url'] for w in router.workers()) == sorted('http://127.0.0.1:%d' % routed['vars'][n]['sglang_server_port'] for n in ('gpu-a', 'gpu-b'))
+    # Twice: nothing changes, no server leaves its router (same worker ids), none is relaunched.
+    ids = sorted(w['id'] for w in router.workers())
+    again = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3')
+    assert again.returncode == 0 and all(c['changed'] == 0 for c in recap(again.stdout).values()), again.stdout[-4000:]
+    assert sorted(w['id'] for w in router.workers()) == ids
+    assert all(r.endswith('unchanged') for r in table(again.stdout)[1:]), table(again.stdout)
 
 
 def test_the_last_healthy_worker_is_never_taken_out(routed):
@@ -169,7 +180,7 @@ def test_the_last_healthy_worker_is_never_taken_out(routed):
     # Only gpu-a left in the router: relaunching it would leave none.
     for worker in router.workers():
         if not worker['url'].endswith(':%d' % routed['vars']['gpu-a']['sglang_server_port']):
-            assert request('DELETE', router.url + '/workers/' + worker['id'])[0] == 202
+            assert request('DELETE', router.url + '/workers/' + worker['id'], headers=router.headers)[0] == 202
     pid = server(routed['vars']['gpu-a'])['pid']
     out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'target=gpu-a')
     assert out.returncode != 0
@@ -185,7 +196,7 @@ def test_a_rolled_back_server_goes_back_with_its_old_parameters_and_a_failed_one
     # gpu-b cannot run 3 steps (rolled back to 2, serving); gpu-c can run neither (the rollback fails too).
     (hosts['gpu-b'].state_dir / 'simsglang.json').write_text(json.dumps(dict(crash_on=[dict(speculative_num_steps=3)])))
     (hosts['gpu-c'].state_dir / 'simsglang.json').write_text(json.dumps(dict(crash_on=[dict(speculative_num_steps=3), dict(speculative_num_steps=2)])))
-    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150).start()
+    load = Load(router.url, 'llama', clients=CLIENTS, max_requests=20000, max_seconds=150, api_key=ROUTER_KEY).start()
     try:
         out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'max_fail_percentage=100', timeout=240)
     finally:
