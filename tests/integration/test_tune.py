@@ -147,7 +147,7 @@ def test_an_invalid_grid_or_unlike_hosts_are_refused_before_any_server_is_touche
             'benchmark.concurrency: 0 is out of range',
         ):
             assert problem in out.stdout, out.stdout[-4000:]
-        assert 'Sweep, every host in every round' not in out.stdout
+        assert 'Sweep, every host at once' not in out.stdout
         assert pids(fleet) == before and not run_dir.exists()
 
         # A host whose model differs is named, with the value and the host it differs from.
@@ -158,7 +158,7 @@ def test_an_invalid_grid_or_unlike_hosts_are_refused_before_any_server_is_touche
         out = tune(fleet_unlike, good, '-e', 'run_dir=%s' % run_dir)
         assert out.returncode != 0
         assert "node-1: model_path is 'sim/other-model' where node-0 has 'sim/llama-8b'" in out.stdout, out.stdout[-4000:]
-        assert 'Sweep, every host in every round' not in out.stdout
+        assert 'Sweep, every host at once' not in out.stdout
         assert pids(fleet) == before
     finally:
         run(fleet['inventory'], 'stop.yml', timeout=120)
