@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
+.PHONY: bootstrap collection demo test sanity units compat integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units lint integration reliability contract containers molecule awx ee
+test: sanity units compat lint integration reliability contract containers molecule awx ee
 	@echo "all test tiers passed"
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
@@ -32,6 +32,18 @@ sanity: collection
 
 units: collection
 	cd .build/ansible_collections/gpufleet/sglang && ansible-test units --venv --python 3.11 --color no
+
+# ansible-core 2.17, the oldest release meta/runtime.yml declares, from .venv-2.17 (tests/requirements-2.17.txt):
+# the sanity tests that read the collection as that release does (pylint and pep8, linters whose versions
+# differ by release, run above under 2.19), the unit tests, and sglang_launch's integration file through its
+# ansible-playbook (the simulated hosts run the modules with the interpreter of the pytest that drives them).
+COMPAT := $(CURDIR)/.venv-2.17/bin
+compat: collection
+	tests/tools/bootstrap.sh compat
+	cd .build/ansible_collections/gpufleet/sglang && \
+	  $(COMPAT)/ansible-test sanity --venv --python 3.11 --color no --skip-test pylint --skip-test pep8 && \
+	  $(COMPAT)/ansible-test units --venv --python 3.11 --color no
+	$(COMPAT)/python -m pytest -p no:cacheprovider tests/integration/test_sglang_launch.py
 
 # awx/apply.yml and the molecule scenarios use awx.awx and containers.podman: unpacked into .cache first.
 lint: collection

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     class Snapshots(Protocol):
         """What wait_clean reads: an Nvml session, or sglang_launch's lock around one."""
 
-        def snapshot(self, index: int, with_details: bool = True) -> dict: ...
+        def snapshot(self, index: int, with_details: bool = True) -> dict:
+            """One GPU's state, as Nvml.snapshot gives it."""
 
 
 PYNVML_IMPORT_ERROR: str | None

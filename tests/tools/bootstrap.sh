@@ -2,6 +2,8 @@
 # Prepares this machine for the demo and the tests, idempotently:
 #   - system packages (only when run as root and only those missing),
 #   - the pinned virtual environment in .venv (rebuilt when tests/requirements.txt changes),
+#   - with `bootstrap.sh compat`, also .venv-2.17 from tests/requirements-2.17.txt (ansible-core 2.17, the
+#     oldest release the collection declares; only make compat asks for it),
 #   - ansible-test's offline pip bootstrap,
 #   - the simulated NVML library.
 # Package indexes and mirrors come from the machine's own apt sources and pip configuration.
@@ -38,28 +40,41 @@ if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
   install_system_packages "${system_packages[@]}"
 fi
 
-stamp=$venv/.requirements.sha256
-want=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  log "creating $venv from tests/requirements.txt"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --requirement tests/requirements.txt
-  echo "$want" > "$stamp"
-fi
+# build_venv DIR REQUIREMENTS: a virtual environment pinned to REQUIREMENTS, rebuilt when that file changes.
+build_venv() {
+  local dir=$1 requirements=$2 stamp want
+  stamp=$dir/.requirements.sha256
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "creating $dir from $requirements"
+    rm -rf "$dir"
+    "$python" -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet --upgrade pip
+    "$dir/bin/python" -m pip install --quiet --requirement "$requirements"
+    echo "$want" > "$stamp"
+  fi
+}
 
 # ansible-test fetches a get-pip script from a host that is unreachable here; it uses a cached
-# copy when one exists, so give it one per pip version it may ask for.
-cache=$HOME/.ansible/test/cache
-mkdir -p "$cache"
-for version in $("$venv/bin/python" - <<'PY'
+# copy when one exists, so give it one per pip version the ansible-test of DIR may ask for.
+cache_get_pip() {
+  local dir=$1 cache=$HOME/.ansible/test/cache version
+  mkdir -p "$cache"
+  for version in $("$dir/bin/python" - <<'PY'
 import re, pathlib, ansible_test
 src = pathlib.Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
 print(" ".join(sorted(set(re.findall(r"pip='([0-9.]+)'", src.read_text())))))
 PY
-); do
-  install -m 0644 tests/tools/ansible_test_get_pip.py "$cache/get_pip_${version//./_}.py"
-done
+  ); do
+    install -m 0644 tests/tools/ansible_test_get_pip.py "$cache/get_pip_${version//./_}.py"
+  done
+}
+
+build_venv "$venv" tests/requirements.txt
+cache_get_pip "$venv"
+if [ "${1:-}" = compat ]; then
+  build_venv "$root/.venv-2.17" tests/requirements-2.17.txt
+  cache_get_pip "$root/.venv-2.17"
+fi
 
 make --no-print-directory -s -C tests/simgpu
