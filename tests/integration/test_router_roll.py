@@ -247,7 +247,7 @@ def test_the_role_unit_runs_the_router_with_its_api_key_off_the_command_line(tmp
     out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     assert 'router-secret-key' not in out.stdout
-    assert stat.S_IMODE(config.stat().st_mode) == 0o700 and stat.S_IMODE((config / 'api_key').stat().st_mode) == 0o600
+    assert stat.S_IMODE((config / 'api_key').stat().st_mode) == 0o600 and (config / 'api_key').stat().st_uid == 0
     unit = (units / 'sglang-router.service').read_text()
     assert 'router-secret-key' not in unit and 'LoadCredential=api_key:%s/api_key' % config in unit, unit
     exec_start = shlex.split(next(line for line in unit.splitlines() if line.startswith('ExecStart='))[len('ExecStart=') :])
