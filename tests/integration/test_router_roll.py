@@ -278,3 +278,20 @@ def _answers(url: str) -> bool:
         return request('GET', url)[0] == 200
     except OSError:
         return False
+
+
+def test_a_server_the_router_does_not_route_to_fails_its_host_when_routing_is_required(routed):
+    """No traffic at all, and routing required: the first host's re-add cannot be proven, its row fails, the
+    run stops there (max_fail_percentage 0), and the other hosts keep their servers and their place in the router."""
+    start(routed)
+    pids = dict((name, server(v)['pid']) for name, v in routed['vars'].items())
+    out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'sglang_router_require_routed=true', '-e', 'sglang_router_routed_timeout=2')
+    assert out.returncode != 0
+    rows = table(out.stdout)
+    first = next(r for r in rows if r.startswith('gpu-a '))
+    assert first.endswith('failed'), rows
+    assert any(r.startswith('gpu-a/llama: relaunched and verified, but putting it back into its router(s) failed: no request was routed') for r in rows), rows
+    assert steps_running(routed['vars']['gpu-a']) == 3
+    for name in ('gpu-b', 'gpu-c'):
+        assert server(routed['vars'][name])['pid'] == pids[name] and steps_running(routed['vars'][name]) == 2
+    assert len(routed['router'].workers()) == 3
