@@ -1,0 +1,166 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_benchmark: the client's command line, its result file read back, failed requests, the key kept secret.
+
+The client here is a small program standing in for `python -m sglang.benchmark.serving` on a host: it records the
+command line and environment it was given, then writes the result line the real client writes (the keys of SGLang
+0.5.23's `--output-file` record, `server_info` with the key included, as the real one does for an authorised
+caller) or fails the way a case says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.modules import sglang_benchmark
+
+SECRET = 'sk-bench-secret-0123'
+CLIENT = r'''
+import json, os, sys
+argv = sys.argv[1:]
+with open(os.environ['CASE_LOG'], 'a') as log:
+    log.write(json.dumps(dict(argv=argv, key=os.environ.get('OPENAI_API_KEY'))) + '\n')
+case = json.loads(os.environ['CASE'])
+out = argv[argv.index('--output-file') + 1]
+if case.get('exit'):
+    print('Traceback: connection refused with key %s' % os.environ.get('OPENAI_API_KEY'))
+    sys.exit(case['exit'])
+record = dict(backend='sglang', max_concurrency=int(argv[argv.index('--max-concurrency') + 1]), completed=case['completed'],
+              output_throughput=case.get('tok_s', 93.5), mean_ttft_ms=41.0, p99_ttft_ms=80.0, mean_itl_ms=10.5, p99_itl_ms=21.0,
+              accept_length=2.35, duration=3.2, request_throughput=1.25, server_info=dict(api_key=os.environ.get('OPENAI_API_KEY')))
+with open(out, 'a') as handle:
+    handle.write(json.dumps(record) + '\n')
+'''
+
+
+class FakeModule:
+    def __init__(self, params: dict, check_mode: bool = False) -> None:
+        self.params = params
+        self.check_mode = check_mode
+
+    def fail_json(self, **result):
+        raise AssertionError(result['msg'])
+
+
+def params(python: str, **extra) -> dict:
+    out = dict(
+        python=python,
+        host='0.0.0.0',
+        port=30000,
+        api_key=SECRET,
+        environment={'CASE': '', 'CASE_LOG': ''},
+        concurrency=[1, 8],
+        dataset_name='random',
+        input_len=128,
+        output_len=64,
+        range_ratio=0.0,
+        num_prompts=4,
+        warmup_requests=1,
+        seed=7,
+        tokenizer=None,
+        model=None,
+        timeout=60.0,
+    )
+    out.update(extra)
+    return out
+
+
+@pytest.fixture
+def client(tmp_path):
+    """An executable that runs the stand-in client with this interpreter, as <venv>/bin/python would run SGLang's."""
+    script = tmp_path / 'client.py'
+    script.write_text(CLIENT)
+    python = tmp_path / 'python'
+    python.write_text('#!/bin/sh\nshift 2\nexec %s %s "$@"\n' % (sys.executable, script))
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return python
+
+
+CASES = [
+    # (case, measured, failed, error fragment)
+    (dict(completed=4), True, 0, None),
+    # one request failed: recorded, not a measurement
+    (dict(completed=3), False, 1, '1 of 4 requests failed, so the run is no measurement'),
+    (dict(exit=1), False, 4, 'the client exited with code 1'),
+]
+
+
+@pytest.mark.parametrize('case, measured, failed, error', CASES)
+def test_levels(tmp_path, client, monkeypatch, case, measured, failed, error):
+    log = tmp_path / 'calls.jsonl'
+    p = params(str(client), environment=dict(CASE=json.dumps(case), CASE_LOG=str(log)))
+    monkeypatch.setattr(sglang_benchmark, 'installed_sglang', lambda python, env: ('0.5.23', None))
+    result = sglang_benchmark.Benchmark(FakeModule(p)).run()
+    assert [lv['concurrency'] for lv in result['levels']] == [1, 8]
+    for level in result['levels']:
+        assert level['measured'] is measured and level['failed'] == failed
+        assert (level['error'] is None) if error is None else error in level['error']
+        if measured:
+            assert level['output_throughput'] == 93.5 and level['accept_length'] == 2.35 and level['p99_itl_ms'] == 21.0
+    assert bool(result.get('failed')) is not measured
+    # The key went to the client in its environment, never on its command line, and is in no result.
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 2 and all(c['key'] == SECRET for c in calls)
+    argv = calls[0]['argv']
+    assert argv[: argv.index('--output-file')] == [
+        '--backend',
+        'sglang',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '30000',
+        '--dataset-name',
+        'random',
+        '--random-input-len',
+        '128',
+        '--random-output-len',
+        '64',
+        '--random-range-ratio',
+        '0.0',
+        '--num-prompts',
+        '4',
+        '--max-concurrency',
+        '1',
+        '--warmup-requests',
+        '1',
+        '--seed',
+        '7',
+    ]
+    assert SECRET not in json.dumps(result) and not any(SECRET in a for c in calls for a in c['argv'])
+    # The client's output file (the server's /server_info, the key included) is gone.
+    assert not os.path.exists(os.path.dirname(argv[argv.index('--output-file') + 1]))
+
+
+def test_check_mode_runs_no_client(tmp_path, client, monkeypatch):
+    log = tmp_path / 'calls.jsonl'
+    p = params(str(client), environment=dict(CASE='{}', CASE_LOG=str(log)))
+    monkeypatch.setattr(sglang_benchmark, 'installed_sglang', lambda python, env: ('0.5.23', None))
+    result = sglang_benchmark.Benchmark(FakeModule(p, check_mode=True)).run()
+    assert not log.exists() and result['sglang_version'] == '0.5.23' and result['window'] is None
+    assert result['levels'][1]['argv'][-3:] == ['--output-file', '<private temporary file>', '--disable-tqdm']
+
+
+REFUSED = [
+    # (changes, the message names the field and the value)
+    (dict(port=0), 'port: 0 is out of range'),
+    (dict(concurrency=[]), 'concurrency: give at least one'),
+    (dict(concurrency=[1, 0]), 'concurrency: 0 is out of range'),
+    (dict(num_prompts=0), 'num_prompts: 0 is out of range'),
+    (dict(range_ratio=1.5), 'range_ratio: 1.5 is out of range'),
+    (dict(timeout=float('inf')), 'timeout: inf is out of range'),
+    (dict(environment=dict(OPENAI_API_KEY='x')), 'environment: OPENAI_API_KEY carries the API key; give it as api_key'),
+    (dict(python='/nonexistent.invalid/python'), 'python: /nonexistent.invalid/python is not an executable Python'),
+]
+
+
+@pytest.mark.parametrize('changes, message', REFUSED)
+def test_refused_before_any_client_runs(client, changes, message):
+    with pytest.raises(AssertionError, match='^' + re.escape(message)):
+        sglang_benchmark.Benchmark(FakeModule(dict(params(str(client)), **changes))).validate()
