@@ -475,8 +475,14 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         )
         assert refused[0].status == 'failed' and 'Environment variants must be a YAML mapping' in refused[0].failures(), refused[0].stdout[-3000:]
         assert refused[1].status == 'failed' and 'speculative.num_draft_tokens' in refused[1].failures(), refused[1].stdout[-3000:]
-        for job in refused:
-            assert 'Sweep, every host in every round' not in job.plays(), job.plays()
+        # The bad YAML stops awx/tune.yml's first play; the bad point stops the sweep's validation play, the last
+        # one that started (the sweep, report and apply plays never did).
+        parsing = yaml.safe_load((REPO / 'awx' / 'tune.yml').read_text())[0]['name']
+        sweep_plays = [play['name'] for play in yaml.safe_load((REPO / 'playbooks' / 'tune.yml').read_text())]
+        validation = sweep_plays[1]
+        assert validation.startswith('Validate the grid'), sweep_plays
+        assert refused[0].plays() == [parsing], refused[0].plays()
+        assert refused[1].plays()[0] == parsing and refused[1].plays()[-1] == validation, refused[1].plays()
         assert dict((name, server_pid(hvars)) for name, hvars in hosts.items()) == before
 
         job = launch(jobs / 'tune', 'awx/tune.yml', TUNE_ANSWERS, hosts)
