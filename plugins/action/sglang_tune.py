@@ -337,7 +337,9 @@ class ActionModule(ActionBase):
         lines = []
         with open(files[store.REPORT], encoding='utf-8') as handle:
             for text in handle.read().splitlines():
-                if text.startswith(('**Winner**', '**No winner**', 'Winner:', 'It is', 'The best point', 'The curve turns', 'Sweep wall time')):
+                if text.startswith(
+                    ('**Winner**', '**No winner**', 'Winner at', 'It is', 'No speculative point', 'The best point', 'The curve turns', 'Sweep wall time')
+                ):
                     lines.append(text.replace('**', ''))
         lines += ['report: %s' % files[store.REPORT], 'plot: %s' % files[store.PLOT]]
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in store.DONE)

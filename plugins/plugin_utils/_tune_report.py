@@ -394,7 +394,7 @@ def _verdict(choice: dict, concurrency: int) -> list[str]:
     winner = choice.get('winner')
     if not winner:
         return ['Nothing was measured at this concurrency.']
-    out = ['Winner: **%s** with the best lower bound, %.1f tok/s.' % (winner['label'], winner['stats']['ci_low'])]
+    out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f tok/s.' % (concurrency, winner['label'], winner['stats']['ci_low'])]
     runner = choice.get('runner_up')
     if runner is not None:
         if choice['distinct_from_runner_up']:
