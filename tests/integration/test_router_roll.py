@@ -161,7 +161,13 @@ def test_check_mode_reports_a_server_the_router_does_not_know_and_the_roll_does_
     check = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '--check')
     assert check.returncode == 0, check.stdout[-4000:]
     assert 'gpu-c: not known to any router, so relaunched without the router steps and not added' in check.stdout, check.stdout[-4000:]
+    assert 'every server the routers list is a targeted instance' in check.stdout, check.stdout[-4000:]
     assert len(router.workers()) == 2
+    # Targeting one host: the router's other server is reported, not touched.
+    one = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'target=gpu-a', '--check')
+    assert one.returncode == 0, one.stdout[-4000:]
+    other = 'http://127.0.0.1:%d' % routed['vars']['gpu-b']['sglang_server_port']
+    assert 'router %s also routes to %s' % (router.url, other) in one.stdout, one.stdout[-4000:]
     out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3')
     assert out.returncode == 0, out.stdout[-4000:]
     assert all(steps_running(v) == 3 for v in routed['vars'].values())
