@@ -279,6 +279,22 @@ def test_the_role_unit_runs_the_router_with_its_api_key_off_the_command_line(tmp
         proc.wait(timeout=15)
 
 
+def test_the_role_refuses_a_secret_or_its_own_flag_in_extra_args_before_installing_anything(tmp_path):
+    playbook = tmp_path / 'router.yml'
+    playbook.write_text('- hosts: localhost\n  gather_facts: false\n  roles: [gpufleet.sglang.sglang_router]\n')
+    venv = tmp_path / 'venv'
+    extra = dict(
+        sglang_router_venv=str(venv),
+        sglang_router_extra_args={'--api-key': 'extra-secret-key', 'port': 1, 'log-level': 'warn'},
+        ansible_python_interpreter=sys.executable,
+    )
+    argv = ['ansible-playbook', '-i', 'localhost,', '-c', 'local', str(playbook), '-e', json.dumps(extra)]
+    out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0
+    assert 'sglang_router_extra_args: api-key, port cannot be given there: api-key is sglang_router_api_key' in out.stdout, out.stdout[-3000:]
+    assert 'extra-secret-key' not in out.stdout + out.stderr and not venv.exists()
+
+
 def _answers(url: str) -> bool:
     try:
         return request('GET', url)[0] == 200
