@@ -96,6 +96,15 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     assert len(read_run(run_dir)['trials']) == 21
     assert pids(fleet) == restored
 
+    # An interrupted sweep (here: its last three records gone) measures only what is missing.
+    lines = (run_dir / 'trials.jsonl').read_text().splitlines()
+    (run_dir / 'trials.jsonl').write_text('\n'.join(lines[:-3]) + '\n')
+    missing = sorted(json.loads(line)['trial'] for line in lines[-3:])
+    again = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir)
+    assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-2000:]
+    assert 'resuming: 18 trials already done' in again.stdout and len(progress_lines(again.stdout)) == 3
+    assert sorted(t['trial'] for t in read_run(run_dir)['trials'][18:]) == missing
+
     # apply=true: the whole fleet serves the winner.
     applied = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir, '-e', 'apply=true')
     assert applied.returncode == 0, applied.stdout[-5000:] + applied.stderr[-2000:]
