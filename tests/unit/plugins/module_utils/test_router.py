@@ -201,3 +201,14 @@ def test_join_without_traffic_fails_only_when_routing_is_required(world):
     world(listed=(B, C), routed_after_add=False)
     result = Membership(params([A], routed_timeout=0.1, require_routed=False), False, warnings.append).join()
     assert result['workers'][0]['routed'] is False and 'idle fleet' in warnings[0]
+
+
+def test_without_the_router_metrics_routing_is_proven_by_the_worker_load(world):
+    world(listed=(B, C), loads={A: [0, 0, 2]}, routed_after_add=False)
+    result = Membership(params([A], routers=[dict(url=R)]), False, lambda m: None).join()
+    row = result['workers'][0]
+    assert row['routed'] and row['served'] is None
+    # An idle worker behind such a router is not proven routed.
+    world(listed=(B, C), loads={A: [0]}, routed_after_add=False)
+    with pytest.raises(RouterError, match='no request was routed'):
+        Membership(params([A], routers=[dict(url=R)], routed_timeout=0.1), False, lambda m: None).join()
