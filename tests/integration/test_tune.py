@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from relaunch_fleet import host_vars, run, write_inventory
+from relaunch_fleet import free_port, host_vars, run, write_inventory
 from tune_fleet import PNG_SIGNATURE, expected_optimum, make_fleet, pids, progress_lines, read_run, running, tune, write_grid
 
 BENCHMARK = dict(input_len=16, output_len=64, num_prompts=4, concurrency=[1, 4], warmup_requests=1)
@@ -167,6 +167,15 @@ def test_an_invalid_grid_or_unlike_hosts_are_refused_before_any_server_is_touche
         out = tune(fleet_unlike, good, '-e', 'run_dir=%s' % run_dir)
         assert out.returncode != 0
         assert "node-1: model_path is 'sim/other-model' where node-0 has 'sim/llama-8b'" in out.stdout, out.stdout[-4000:]
+        assert 'Sweep, every host at once' not in out.stdout
+        assert pids(fleet) == before
+
+        # A host with two instances: a trial is one relaunch and one benchmark of a host, so it is refused.
+        two = dict((h.name, host_vars(h, sglang_server_port=fleet['vars'][h.name]['sglang_server_port'])) for h in fleet['hosts'])
+        two['node-1']['sglang_server_instances'] = [dict(name='left', port=free_port()), dict(name='right', port=free_port())]
+        out = tune(dict(fleet, inventory=write_inventory(tmp_path / 'two.json', two)), good, '-e', 'run_dir=%s' % run_dir)
+        assert out.returncode != 0
+        assert 'node-1 has 2 instances (left, right); the sweep measures one instance per host' in out.stdout, out.stdout[-4000:]
         assert 'Sweep, every host at once' not in out.stdout
         assert pids(fleet) == before
     finally:
