@@ -15,8 +15,8 @@ description:
     directory O(run_dir), which holds the plan, the trials and the report.
   - V(plan) validates the whole grid before any host is touched (every point through the collection's copy of SGLang's
     speculative rules, strictly, as a relaunch checks it; every invalid point is listed and the task fails), adds the
-    baseline without speculation, and deals the trials (every point O(grid.repeats) times) to the hosts in rounds, in
-    an order drawn from O(grid.seed) (drawn and printed when not given), a point's repeats on different hosts where the
+    baseline without speculation, and deals the trials (every point C(repeats) times) to the hosts in rounds, in
+    an order drawn from C(seed) (drawn and printed when not given), a point's repeats on different hosts where the
     fleet allows. It writes C(plan.json) and C(grid.yml) (the effective grid, seed included). A run directory that
     holds a plan resumes it when the grid, seed and hosts are the same, and is refused otherwise.
   - V(fleet) refuses hosts that are not alike (GPU model and count, model and draft model path, tensor-parallel size,
