@@ -21,3 +21,13 @@ attributes:
     description:
       - When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
 '''
+
+    # For a module that is an action plugin running on the controller only.
+    ACTION = r'''
+options: {}
+attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+  async:
+    description: Supports being used with the C(async) keyword.
+'''

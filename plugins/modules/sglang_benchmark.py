@@ -108,8 +108,6 @@ notes:
 seealso:
   - module: gpufleet.sglang.sglang_launch
   - module: gpufleet.sglang.sglang_info
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''
@@ -437,7 +435,7 @@ def main() -> None:
             num_prompts=dict(type='int', default=200),
             warmup_requests=dict(type='int', default=1),
             seed=dict(type='int', default=1),
-            tokenizer=dict(type='str'),
+            tokenizer=dict(type='str', no_log=False),
             model=dict(type='str'),
             timeout=dict(type='float', default=3600),
         ),

@@ -152,8 +152,6 @@ notes:
     the middle is never retried. Draining is what keeps both from happening.
 seealso:
   - module: gpufleet.sglang.sglang_launch
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''

@@ -28,6 +28,9 @@ description:
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
   - V(report) writes C(summary.csv), C(report.md) and C(plot.png) and returns the winner per concurrency level and the
     one C(apply) uses.
+extends_documentation_fragment:
+  - gpufleet.sglang.attributes
+  - gpufleet.sglang.attributes.action
 attributes:
   check_mode:
     support: full
@@ -104,8 +107,6 @@ notes:
 seealso:
   - module: gpufleet.sglang.sglang_benchmark
   - module: gpufleet.sglang.sglang_launch
-author:
-  - gpufleet.sglang maintainers (@gpufleet)
 '''
 
 EXAMPLES = r'''

@@ -47,7 +47,7 @@ def bootstrap_interval(values: Sequence[float], seed: int, resamples: int = BOOT
         return values[0], values[0]
     rng = random.Random(seed)
     n = len(values)
-    medians = sorted(statistics.median(rng.choice(values) for _ in range(n)) for _ in range(resamples))
+    medians = sorted(statistics.median(rng.choice(values) for _dummy in range(n)) for _dummy in range(resamples))
     tail = (1.0 - level) / 2.0
     return quantile(medians, tail), quantile(medians, 1.0 - tail)
 
@@ -108,7 +108,7 @@ def solve_p(accept_length: float | None, steps: int | None) -> float | None:
     if accept_length >= steps + 1:
         return 1.0
     low, high = 0.0, 1.0
-    for _ in range(60):
+    for _dummy in range(60):
         mid = (low + high) / 2.0
         if chain_accept_length(mid, steps) < accept_length:
             low = mid

@@ -54,7 +54,7 @@ def fmt(value, digits: int = 3) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--hosts', type=int, default=3)
     parser.add_argument('--clients', type=int, default=12)
     parser.add_argument('--before', type=float, default=10.0, help='seconds of load before the roll (the baseline)')

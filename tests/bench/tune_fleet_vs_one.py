@@ -81,7 +81,7 @@ def sweep(root: Path, count: int, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--hosts', type=int, default=4, help='hosts of the fleet sweep (default 4)')
     parser.add_argument('--startup', type=float, default=5.0, help='simulated seconds to load the weights (default 5)')
     parser.add_argument('--output-len', type=int, default=256, help='--random-output-len of each request (default 256)')

@@ -62,7 +62,7 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     wall = max(s['end'] for s in spans) - min(s['start'] for s in spans)
     assert sum(s['end'] - s['start'] for s in spans) > 2.5 * wall, (wall, spans)
     events = sorted([(t['benchmark_window']['start'], 1) for t in trials] + [(t['benchmark_window']['end'], -1) for t in trials])
-    at_once = [sum(step for _, step in events[: i + 1]) for i in range(len(events))]
+    at_once = [sum(step for _dummy, step in events[: i + 1]) for i in range(len(events))]
     assert max(at_once) == 4, events
     assert 'hosts at work at once on average' in found['report']
 

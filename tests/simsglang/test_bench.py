@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sglang.benchmark import serving
-from test_simsglang import HERE, fixture_host_dir, fixture_servers, get_json, launch  # noqa: F401
+from test_simsglang import HERE, fixture_host_dir, fixture_servers, get_json, launch  # noqa: F401  # pylint: disable=unused-import
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SPECULATIVE = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d", "--speculative-num-steps", "2"]

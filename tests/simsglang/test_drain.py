@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 
-from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host, sse_events, wait_for  # noqa: F401
+from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host, sse_events, wait_for  # noqa: F401  # pylint: disable=unused-import
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -11,7 +11,7 @@ import statistics
 import pytest
 from sglang.simulator import config
 from sglang.simulator.speed import RunNoise, SpeedModel, best_point, expected_throughput, host_factor, model_for, per_request_throughput
-from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host  # noqa: F401
+from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host  # noqa: F401  # pylint: disable=unused-import
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 STEPS = [{"speculative_num_steps": steps} for steps in range(0, 11)]
@@ -64,9 +64,9 @@ def test_host_factor_is_stable_per_host_and_differs_between_hosts():
 def test_run_noise_is_seeded_and_has_the_configured_spread():
     settings = dict(config.DEFAULTS)
     first = RunNoise(settings, "GPU-a", 0)
-    draws = [first.next_factor() for _ in range(2000)]
+    draws = [first.next_factor() for _dummy in range(2000)]
     again = RunNoise(settings, "GPU-a", 0)
-    assert draws[:20] == [again.next_factor() for _ in range(20)]
+    assert draws[:20] == [again.next_factor() for _dummy in range(20)]
     assert statistics.pstdev(draws) == pytest.approx(0.03, rel=0.1)
     assert RunNoise(settings, "GPU-a", 1).next_factor() != draws[0]  # the next launch draws its own
     assert RunNoise(dict(settings, noise=0.0), "GPU-a", 0).next_factor() == 1.0
@@ -123,7 +123,7 @@ def test_concurrent_requests_decode_as_one_batch(tmp_path, host_dir, servers):
     server = launch(servers, tmp_path, host_dir, ["--model-path", MODEL, "--skip-server-warmup"], env={"SIMSGLANG_NOISE": "0", "SIMSGLANG_HOST_FACTOR": "1"})
     server.wait_ready()
     body = {"text": "x", "sampling_params": {"max_new_tokens": 60}}
-    threads = [threading.Thread(target=http, args=(server.port, "/generate", body)) for _ in range(4)]
+    threads = [threading.Thread(target=http, args=(server.port, "/generate", body)) for _dummy in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -6,7 +6,7 @@ implementation now lives in ``sglang.benchmark.serving``.
 
 import warnings
 
-from sglang.benchmark.serving import *  # noqa: F401,F403
+from sglang.benchmark.serving import *  # noqa: F401,F403  # pylint: disable=wildcard-import,unused-wildcard-import
 from sglang.benchmark.serving import cli_main
 
 warnings.warn(

@@ -145,7 +145,7 @@ class LegacyRandom(object):
         for shift in (1, 2, 4, 8, 16, 32):
             mask |= mask >> shift
         out = []
-        for _ in range(size):
+        for _dummy in range(size):
             while True:
                 value = self.rng.getrandbits(32) & mask
                 if value <= span:
