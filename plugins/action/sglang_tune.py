@@ -22,25 +22,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 
 display = Display()
 
-ARGUMENT_SPEC = dict(
-    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
-    run_dir=dict(type='path'),
-    grid=dict(type='dict', default={}),
-    hosts=dict(type='list', elements='str', default=[]),
-    draft_model_paths=dict(type='dict', default={}),
-    inventory=dict(type='list', elements='str', default=[]),
-    facts=dict(type='dict', default={}),
-    round=dict(type='int'),
-    host=dict(type='str'),
-    trial=dict(type='dict'),
-    launch=dict(type='dict'),
-    benchmark=dict(type='dict'),
-)
 # What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
 ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances')
 SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')

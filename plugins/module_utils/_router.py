@@ -21,20 +21,19 @@ What sglang-router 0.3.2 offers, and what this code relies on (each checked agai
   (``smg_worker_requests_active{worker}``); the counters survive a removal and a re-add. They prove
   that a re-added worker is routed to, and count what each worker served.
 
-HTTP is http.client, one connection per request, never through a proxy, for the same reason as
-_sglang_launch.http_request (open_url costs about 19 ms of CPU per call).
+HTTP goes through _sglang_launch.http_call: http.client, one connection per request, never through a proxy
+(open_url costs about 19 ms of CPU per call).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import re
-import socket
-import ssl
 import time
 from urllib.parse import quote, urlsplit
+
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import http_call
 
 # The SGLang endpoint that reports a server's load (0.5.23: /v1/loads; the older /get_load is gone).
 LOADS_PATH = '/v1/loads'
@@ -70,28 +69,7 @@ def normalize_url(url: str, field: str) -> str:
 
 def request(method: str, url: str, api_key: str | None, timeout: float, payload: dict | None = None) -> tuple[int | None, str]:
     """(status, body) of one request; (None, reason) when nothing answered (name not resolved, refused, timeout)."""
-    parts = urlsplit(url)
-    headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
-    body = None
-    if payload is not None:
-        headers['Content-Type'] = 'application/json'
-        body = json.dumps(payload).encode('utf-8')
-    path = parts.path or '/'
-    if parts.query:
-        path += '?' + parts.query
-    connection: http.client.HTTPConnection
-    if parts.scheme == 'https':
-        connection = http.client.HTTPSConnection(parts.hostname or '', parts.port or 443, timeout=timeout, context=ssl.create_default_context())
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or '', parts.port or 80, timeout=timeout)
-    try:
-        connection.request(method, path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read().decode('utf-8', 'replace')
-    except (http.client.HTTPException, socket.timeout, ConnectionError, OSError) as exc:
-        return None, str(exc) or type(exc).__name__
-    finally:
-        connection.close()
+    return http_call(method, url, api_key, timeout, payload)
 
 
 def _json(body: str):

@@ -21,6 +21,7 @@ import os
 import pwd
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from typing import Any
@@ -225,13 +226,23 @@ def base_url(host: str, port: int) -> str:
 def http_request(url: str, api_key: str | None, timeout: float, payload: dict | None = None) -> tuple[int | None, str]:
     """(status, body) of a GET, or of a POST of ``payload`` as JSON; (None, reason) when nothing answered.
 
-    Plain HTTP to a server of this host, never through a proxy, never following a redirect. It is
-    http.client rather than ansible's open_url on purpose: open_url builds a TLS context on every call
-    (about 19 ms of CPU), and the readiness loop calls this several times a second per instance.
+    Plain HTTP to a server of this host, never through a proxy, never following a redirect.
+    """
+    if urlsplit(url).scheme != 'http':
+        return None, 'not a plain HTTP URL: %s' % url
+    return http_call('GET' if payload is None else 'POST', url, api_key, timeout, payload)
+
+
+def http_call(method: str, url: str, api_key: str | None, timeout: float, payload: dict | None = None) -> tuple[int | None, str]:
+    """(status, body) of one HTTP or HTTPS request, ``payload`` sent as JSON; (None, reason) when nothing answered.
+
+    Never through a proxy, never following a redirect. It is http.client rather than ansible's open_url on
+    purpose: open_url builds a TLS context on every call (about 19 ms of CPU), and the readiness loop calls this
+    several times a second per instance.
     """
     parts = urlsplit(url)
-    if parts.scheme != 'http' or not parts.hostname:
-        return None, 'not a plain HTTP URL: %s' % url
+    if parts.scheme not in ('http', 'https') or not parts.hostname:
+        return None, 'not an HTTP URL: %s' % url
     headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
     body = None
     if payload is not None:
@@ -240,9 +251,13 @@ def http_request(url: str, api_key: str | None, timeout: float, payload: dict | 
     path = parts.path or '/'
     if parts.query:
         path += '?' + parts.query
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    connection: http.client.HTTPConnection
+    if parts.scheme == 'https':
+        connection = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=ssl.create_default_context())
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        connection.request('GET' if payload is None else 'POST', path, body=body, headers=headers)
+        connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, response.read().decode('utf-8', 'replace')
     except (http.client.HTTPException, socket.timeout, ConnectionError, OSError) as exc:

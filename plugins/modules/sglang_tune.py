@@ -180,7 +180,7 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 
-# The action plugin's argument spec, repeated here for the documentation checks (a module cannot import an action).
+# The action plugin's argument spec: the action imports it from here, where the documentation checks read it.
 ARGUMENT_SPEC = dict(
     operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
     run_dir=dict(type='path'),
