@@ -5,6 +5,7 @@ Run: python -m pytest tests/simsglang   (needs setproctitle, nvidia-ml-py, pytes
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -21,8 +22,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SIMGPU_ROOT = HERE.parent / "simgpu"
-sys.path[:0] = [str(HERE), str(SIMGPU_ROOT)]
+sys.path[:0] = [str(HERE), str(SIMGPU_ROOT), str(HERE.parent / "support")]
 
+import polling  # noqa: E402  pylint: disable=wrong-import-position
 from sglang.simulator import args as sim_args  # noqa: E402  pylint: disable=wrong-import-position
 from sglang.simulator.rules import sglang_flags  # noqa: E402  pylint: disable=wrong-import-position
 from sglang.simulator.speed import chain_throughput  # noqa: E402  pylint: disable=wrong-import-position
@@ -33,14 +35,8 @@ POLL = 0.05
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+# tests/support/polling.py, with this file's patience: servers start in seconds here.
+wait_for = functools.partial(polling.wait_for, timeout=15.0, interval=POLL)
 
 
 def free_port():
@@ -131,11 +127,11 @@ class Server(object):
         return http(self.port, path)[0]
 
     def wait_ready(self, timeout=15.0):
-        wait_for(lambda: self.health() == 200 or self.proc.poll() is not None, timeout, "health 200")
+        wait_for(lambda: self.health() == 200 or self.proc.poll() is not None, timeout=timeout, what="health 200")
         assert self.proc.poll() is None, self.log()
 
     def wait_exit(self, timeout=15.0):
-        wait_for(lambda: self.proc.poll() is not None, timeout, "the launcher to exit")
+        wait_for(lambda: self.proc.poll() is not None, timeout=timeout, what="the launcher to exit")
         return self.proc.returncode
 
     def kill_group(self):
