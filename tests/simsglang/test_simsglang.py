@@ -5,7 +5,6 @@ Run: python -m pytest tests/simsglang   (needs setproctitle, nvidia-ml-py, pytes
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -35,8 +34,9 @@ POLL = 0.05
 
 
 # -- helpers --------------------------------------------------------------------------------------
-# tests/support/polling.py, with this file's patience: servers start in seconds here.
-wait_for = functools.partial(polling.wait_for, timeout=15.0, interval=POLL)
+def wait_for(predicate, timeout=15.0, what="condition"):
+    """tests/support/polling.py's, with this file's patience and pace."""
+    return polling.wait_for(predicate, timeout=timeout, interval=POLL, what=what)
 
 
 def free_port():
