@@ -189,7 +189,7 @@ class InstanceSpec:
             if not os.path.isdir(path):
                 raise self.error('%s: %s does not exist on this host (or is not a directory)' % (field, value))
 
-    def validate(self, nvml: Nvml) -> None:
+    def validate(self, nvml: Nvml | LockedNvml) -> None:
         """Everything that can be known before touching anything (state started or restarted)."""
         self.validate_environment()
         extra_argv = self.validate_extra_args()
@@ -239,7 +239,7 @@ class InstanceSpec:
                 raise self.error('extra_args: %r contains a control character' % item)
         return argv
 
-    def validate_gpus(self, nvml: Nvml) -> None:
+    def validate_gpus(self, nvml: Nvml | LockedNvml) -> None:
         params = self.params
         tp_size = params['tp_size']
         if tp_size is not None and tp_size < 1:
@@ -452,6 +452,15 @@ class LockedNvml:
     def snapshot(self, index: int, with_details: bool = True) -> dict:
         with self.lock:
             return self.nvml.snapshot(index, with_details=with_details)
+
+    # What InstanceSpec.validate_gpus asks, for a rollback's validation in an instance thread.
+    def select(self, selectors: list[str] | None, field: str = 'gpus') -> list[int]:
+        with self.lock:
+            return self.nvml.select(selectors, field)
+
+    def device_count(self) -> int:
+        with self.lock:
+            return self.nvml.device_count()
 
 
 # ---------------------------------------------------------------- the transaction
@@ -1100,8 +1109,9 @@ class InstanceRun:
         good_spec = InstanceSpec(params, self.relaunch.state_dir)
         try:
             good_spec.validate_basics('started')
-            with Nvml() as nvml:
-                good_spec.validate(nvml)
+            if self.relaunch.nvml is None:
+                raise RuntimeError('no NVML session to validate the rollback')  # run_all opens it before any instance runs
+            good_spec.validate(self.relaunch.nvml)  # the shared session: this runs in an instance thread
             good_spec.finish(self.relaunch.new_supervisor(good_spec).kind)
             result['rollback'] = dict(reason=reason, config=good_spec.desired, seconds_to_ready=None)
             running_now = bool(self.state) and current.running(self.state)

@@ -258,3 +258,34 @@ def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
     # Released with its holder: the next one takes it at once.
     with relaunch.HostLock(str(tmp_path)):
         pass
+
+
+def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, monkeypatch):
+    """The rollback runs in an instance thread: it must use run_all's LockedNvml, not a session of its own."""
+    job = fake_host.relaunch([instance(port=PORT + 1)], check_mode=True)
+    job.validate()
+    new = job.specs[0]
+    good = fake_host.relaunch([instance()], check_mode=True)
+    good.validate()
+    pynvml = _nvml.pynvml
+    job.nvml = relaunch.LockedNvml(_nvml.Nvml().__enter__())  # run_all's session
+    sessions = list(pynvml.calls)
+    under_lock = []
+    for name in ('nvmlDeviceGetCount', 'nvmlDeviceGetUUID', 'nvmlDeviceGetHandleByIndex'):
+        call = getattr(pynvml, name)
+        monkeypatch.setattr(pynvml, name, lambda *args, call=call: under_lock.append(job.nvml.lock.locked()) or call(*args))
+    replaced = []
+
+    def replace(self, spec, running, first=True):
+        replaced.append(spec.desired)
+        raise LaunchError('stopped here by the test')
+
+    monkeypatch.setattr(relaunch.InstanceRun, 'replace', replace)
+    run = relaunch.InstanceRun(job, new)
+    run.state = dict(name='llama', last_good=dict(params=good.specs[0].good_params(), config_hash='the good one'))
+    run.result = dict(message='the new configuration failed', speculative={})
+    run.roll_back(new, True)
+    assert run.result['message'] == 'the new configuration failed; the rollback failed too: stopped here by the test'
+    assert [config['port'] for config in replaced] == [PORT]  # validated, then on its way to start
+    # no NVML session opened or shut down meanwhile, every call made holding the shared lock
+    assert pynvml.calls == sessions and under_lock and all(under_lock), (pynvml.calls, under_lock)
