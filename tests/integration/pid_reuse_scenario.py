@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -20,6 +19,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simfleet import REPO, SimHost, alive, wait_for  # noqa: E402  pylint: disable=wrong-import-position
 
 SERVER_PATH = '%s:%s' % (REPO / 'tests' / 'simsglang', REPO / 'tests' / 'simgpu')
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (state, ppid, pgrp, session, ...); None once gone."""
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            return handle.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every process of group ``pgid``, zombies included (a zombie still holds its pid)."""
+    pids = [int(name) for name in os.listdir('/proc') if name.isdigit()]
+    return [pid for pid in pids if (stat_fields(pid) or [None, None, None])[2] == str(pgid)]
+
+
+def reap() -> None:
+    """Collect every child that has exited (as PID 1, the orphans too)."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def leads_a_session_as(pid: int, program: bytes) -> bool:
+    fields = stat_fields(pid)
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            argv0 = handle.read().split(b'\0', 1)[0]
+    except OSError:
+        return False
+    return fields is not None and fields[3] == str(pid) and argv0 == program
 
 
 def main() -> int:
@@ -43,16 +77,9 @@ def main() -> int:
     server = started['pid']
     # The server and its children die without sglang_launch knowing (an OOM kill, a reboot of the job).
     os.killpg(server, signal.SIGKILL)
-    wait_for(lambda: not alive(server), what='the server to die')
-    time.sleep(0.5)
-    # This script is PID 1 of the namespace: the orphaned server is its child now, and its pid is free
-    # only once reaped.
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
+    # This script is PID 1 of the namespace: the orphaned server and its children are its children now,
+    # and the server's pid is free only once every process of its group has died and been reaped.
+    wait_for(lambda: reap() or not group_members(server), what="the server's process group to be gone")
     # The next process of this namespace gets the server's old pid, and leads a session as the server did.
     # Other processes of the namespace may fork in between: try until the pid lands.
     stranger: subprocess.Popen | None = None
@@ -67,7 +94,7 @@ def main() -> int:
     assert stranger is not None
     report['reused'] = stranger.pid == server
     report['pids'] = [server, stranger.pid]
-    time.sleep(0.2)
+    wait_for(lambda: leads_a_session_as(stranger.pid, b'sleep'), what='the stranger to lead its session, running sleep')
     stopped = host.launch(dict(args, state='stopped'))
     report['stopped'] = dict(failed=stopped.get('failed'), changed=stopped.get('changed'), msg=stopped.get('msg'))
     report['stranger_alive_after_stop'] = stranger.poll() is None and alive(stranger.pid)

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 from pathlib import Path
 
-from simfleet import REPO, SimHost, alive, ansible_env
+from simfleet import REPO, SimHost, alive, ansible_env, free_port
 
 SERVER_PATH = '%s:%s' % (REPO / 'tests' / 'simsglang', REPO / 'tests' / 'simgpu')
 PLAYBOOKS = REPO / 'playbooks'
 SPECULATIVE = dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=2, eagle_topk=1, num_draft_tokens=3)
 _RECAP = re.compile(r'^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', re.M)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def host_vars(host: SimHost, **overrides) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -21,17 +20,11 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from simfleet import wait_for
+from simfleet import free_port, wait_for
 
 SMG = Path(sys.executable).parent / 'smg'
 _SAMPLE = re.compile(r'^(\w+)(?:\{([^}]*)\})?\s+(\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def request(method: str, url: str, payload: dict | None = None, timeout: float = 5.0, headers: dict | None = None) -> tuple[int, str]:

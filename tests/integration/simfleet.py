@@ -23,7 +23,10 @@ for _path in (SIMGPU, SUPPORT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from ansiballz import has_action, run_module  # noqa: E402  pylint: disable=wrong-import-position
+from net import free_port  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import  # importable from here too
 from polling import wait_for  # noqa: E402  pylint: disable=wrong-import-position
+from procs import alive  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import  # importable from here too
 from simgpu.host import create_host, set_option  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu.interpreter import write_interpreter  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -31,14 +34,6 @@ VENV_BIN = Path(sys.executable).parent
 # sglang_launch's options that are the host's, not an instance's.
 LAUNCH_HOST_KEYS = ('state', 'state_dir', 'rollback', 'sglang_version', 'gpu_clean_timeout', 'max_used_mib', 'smoke_prompt')
 _ONELINE = re.compile(r'^(\S+) \| ([A-Z!]+)(?: \| rc=\d+)? => (\{.*\})$')
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open('/proc/%d/stat' % pid) as f:
-            return f.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
-    except FileNotFoundError:
-        return False
 
 
 def ansible_env(**extra) -> dict:
@@ -112,8 +107,15 @@ class SimHost:
         holder = Holder(proc, ready)
         return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']), schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
 
-    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None) -> dict:
-        """Run gpufleet.sglang.<name> through the `ansible` CLI; return its result (with 'failed')."""
+    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None, cli: bool = False) -> dict:
+        """Run gpufleet.sglang.<name> on this host as Ansible does; return its result (with 'failed').
+
+        The AnsiballZ payload runs under the host's interpreter (tests/support/ansiballz.py), without the
+        CLI's seconds of start-up; through the `ansible` CLI with ``cli``, for a module with an action
+        plugin, or everywhere when SIMFLEET_MODULE_CLI=1.
+        """
+        if not (cli or has_action(name) or os.environ.get('SIMFLEET_MODULE_CLI') == '1'):
+            return run_module(name, args, python or self.python, ansible_env(), check=check, diff=diff)
         inventory = self.root / ('%s.ini' % self.name)
         inventory.write_text('[gpu_servers]\n%s\n' % self.inventory_line(python))
         argv = ['ansible', self.name, '-i', str(inventory), '-o', '-m', 'gpufleet.sglang.%s' % name]
