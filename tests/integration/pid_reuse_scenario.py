@@ -33,17 +33,18 @@ def stat_fields(pid: int) -> list[str] | None:
 def group_members(pgid: int) -> list[int]:
     """Every process of group ``pgid``, zombies included (a zombie still holds its pid)."""
     pids = [int(name) for name in os.listdir('/proc') if name.isdigit()]
-    return [pid for pid in pids if (stat_fields(pid) or [None, None, None])[2] == str(pgid)]
+    return [pid for pid in pids if (stat_fields(pid) or ['', '', ''])[2] == str(pgid)]
 
 
-def reap() -> None:
-    """Collect every child that has exited (as PID 1, the orphans too)."""
+def group_gone(pgid: int) -> bool:
+    """Reap every child that has exited (as PID 1, the orphans too); True once group ``pgid`` has no process left."""
     while True:
         try:
             if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
+                break
         except ChildProcessError:
-            return
+            break
+    return not group_members(pgid)
 
 
 def leads_a_session_as(pid: int, program: bytes) -> bool:
@@ -79,7 +80,7 @@ def main() -> int:
     os.killpg(server, signal.SIGKILL)
     # This script is PID 1 of the namespace: the orphaned server and its children are its children now,
     # and the server's pid is free only once every process of its group has died and been reaped.
-    wait_for(lambda: reap() or not group_members(server), what="the server's process group to be gone")
+    wait_for(lambda: group_gone(server), what="the server's process group to be gone")
     # The next process of this namespace gets the server's old pid, and leads a session as the server did.
     # Other processes of the namespace may fork in between: try until the pid lands.
     stranger: subprocess.Popen | None = None
