@@ -35,8 +35,9 @@ units: collection
 
 # ansible-core 2.17, the oldest release meta/runtime.yml declares, from .venv-2.17 (tests/requirements-2.17.txt):
 # the sanity tests that read the collection as that release does (pylint and pep8, linters whose versions
-# differ by release, run above under 2.19), the unit tests, and sglang_launch's integration file through its
-# ansible-playbook (the simulated hosts run the modules with the interpreter of the pytest that drives them).
+# differ by release, run above under 2.19), the unit tests, and sglang_launch's integration file: its module calls
+# as the AnsiballZ payloads 2.17 builds (tests/support/ansiballz.py), its playbooks through 2.17's ansible-playbook
+# (the simulated hosts run the modules with the interpreter of the pytest that drives them).
 COMPAT := $(CURDIR)/.venv-2.17/bin
 compat: collection
 	tests/tools/bootstrap.sh compat
