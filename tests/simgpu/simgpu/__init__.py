@@ -14,8 +14,16 @@ BUILD_DIR = ROOT / "build"
 
 
 def build_library() -> Path:
-    """Build (or confirm up to date) the simulated NVML; return its directory."""
-    import subprocess  # not at module level: keeps the watcher daemon light
+    """Build (or confirm up to date) the simulated NVML; return its directory.
 
-    subprocess.run(["make", "-s", "-C", str(ROOT)], check=True)
+    One build at a time on this machine: pytest-xdist's workers each call this at start, and two makes of
+    a fresh tree would both write build/libnvidia-ml.so.1.tmp (the second's rename then finds none).
+    """
+    import fcntl  # not at module level: keeps the watcher daemon light
+    import subprocess
+
+    BUILD_DIR.mkdir(exist_ok=True)
+    with open(BUILD_DIR / ".build.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["make", "-s", "-C", str(ROOT)], check=True)
     return BUILD_DIR
