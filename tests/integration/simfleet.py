@@ -112,7 +112,9 @@ class SimHost:
         holder = Holder(proc, ready)
         return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']), schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
 
-    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None) -> dict:
+    def module(
+        self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None, timeout: float = 120
+    ) -> dict:
         """Run gpufleet.sglang.<name> through the `ansible` CLI; return its result (with 'failed')."""
         inventory = self.root / ('%s.ini' % self.name)
         inventory.write_text('[gpu_servers]\n%s\n' % self.inventory_line(python))
@@ -123,7 +125,7 @@ class SimHost:
             argv.append('--check')
         if diff:
             argv.append('--diff')
-        out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
         for line in out.stdout.splitlines():
             match = _ONELINE.match(line)
             if match:
@@ -132,12 +134,12 @@ class SimHost:
                 return result
         raise AssertionError('no module result in ansible output:\n%s\n%s' % (out.stdout, out.stderr))
 
-    def launch(self, args: dict, check: bool = False, diff: bool = False) -> dict:
+    def launch(self, args: dict, check: bool = False, diff: bool = False, timeout: float = 120) -> dict:
         """sglang_launch for one instance given as flat arguments (host-level keys split out); the
         instance's result merged over the task's (changed, failed, msg)."""
         task = dict((k, v) for k, v in args.items() if k in LAUNCH_HOST_KEYS)
         task['instances'] = [dict((k, v) for k, v in args.items() if k not in LAUNCH_HOST_KEYS)]
-        result = self.module('sglang_launch', task, check=check, diff=diff)
+        result = self.module('sglang_launch', task, check=check, diff=diff, timeout=timeout)
         merged = dict((result.get('instances') or [{}])[0])
         merged.update((k, v) for k, v in result.items() if k != 'instances')
         return merged
