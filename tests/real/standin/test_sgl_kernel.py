@@ -54,7 +54,6 @@ class AssignReqToTokenPool(unittest.TestCase):
             sgl_kernel.assign_req_to_token_pool_cpu(rows, got, start, end, out, pool_len)
             reference_assign(rows, want, start, end, out)
             self.assertTrue(torch.equal(got, want), 'trial %d' % trial)
-            self.assertGreater(int((got != -1).sum()), -1)
 
     def test_writes_exactly_the_asked_slots(self):
         pool = torch.zeros((4, 8), dtype=torch.int64)
@@ -103,11 +102,16 @@ class CopyAllLayerKvCache(unittest.TestCase):
 
 class MissingFunctions(unittest.TestCase):
     def test_a_missing_function_fails_loudly_by_name(self):
-        code = 'from sgl_kernel import rotate_input_ids_cpu'
+        code = 'from sgl_kernel import fused_add_rmsnorm_cpu'
         run = subprocess.run([sys.executable, '-c', code], cwd=str(Path(__file__).resolve().parent), capture_output=True, text=True, timeout=120, check=False)
         self.assertNotEqual(run.returncode, 0)
-        self.assertIn("ImportError: cannot import name 'rotate_input_ids_cpu' from 'sgl_kernel'", run.stderr)
-        self.assertIn('SGLang asked for sgl_kernel.rotate_input_ids_cpu, which it does not provide', run.stderr)
+        self.assertIn("ImportError: cannot import name 'fused_add_rmsnorm_cpu' from 'sgl_kernel'", run.stderr)
+        self.assertIn('SGLang asked for sgl_kernel.fused_add_rmsnorm_cpu, which it does not provide', run.stderr)
+
+    def test_calling_a_function_it_only_lets_sglang_import_fails_by_name(self):
+        for name in sgl_kernel.IMPORTED_ONLY:
+            with self.assertRaisesRegex(NotImplementedError, 'SGLang called sgl_kernel.%s, which the stand-in only lets it import' % name):
+                getattr(sgl_kernel, name)(torch.zeros(1))
 
     def test_provided_names_are_the_functions(self):
         for name in sgl_kernel.PROVIDED:

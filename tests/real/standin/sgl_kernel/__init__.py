@@ -8,11 +8,13 @@ it starts, so `import sgl_kernel` finds this package instead of the PyPI `sglang
 build and fails to import without libcuda. No CPU build of sgl-kernel is reachable here, and this machine has no
 AMX, so SGLang's own non-AMX fallbacks do the rest. The collection knows nothing of this package.
 
-Each function does what the Triton kernel SGLang runs on a GPU for the same call does (the kernel is quoted in
-tests/real/test_standin.py, which holds these functions to a plain loop transcribed from it). Anything else SGLang
-asks of `sgl_kernel` is refused loudly: the name is written to stderr (the server's log) and the attribute lookup
-fails, so `from sgl_kernel import x` raises ImportError naming `x`, and SGLang's own `try: ... except ImportError`
-fallbacks still take their path.
+Each function does what the Triton kernel SGLang runs on a GPU for the same call does (standin/test_sgl_kernel.py
+holds them to a plain loop transcribed from that kernel). SGLang's speculative-decoding modules also import seven
+CPU functions at module level on the plain path (sglang/kernels/ops/speculative/*.py: cache_locs, eagle,
+multi_layer_eagle, spec_tree); speculative decoding does not run on CPU, so those names exist only to be imported,
+and calling one raises NotImplementedError naming it. Anything else SGLang asks of `sgl_kernel` is refused loudly:
+the name is written to stderr (the server's log) and the lookup fails, so `from sgl_kernel import x` raises
+ImportError naming `x`, and SGLang's own `try: ... except ImportError` fallbacks still take their path.
 """
 
 from __future__ import annotations
@@ -24,6 +26,31 @@ import torch
 
 __version__ = '0.0.0+gpufleet.standin'
 PROVIDED = ('assign_req_to_token_pool_cpu', 'copy_all_layer_kv_cache_cpu')
+# Imported at module level by SGLang 0.5.23's speculative modules when SGLANG_USE_CPU_ENGINE=1; never called here.
+IMPORTED_ONLY = (
+    'assign_draft_cache_locs_contiguous_cpu',
+    'assign_extend_cache_locs_cpu',
+    'build_tree_kernel_efficient_cpu',
+    'fill_accept_out_cache_loc_cpu',
+    'fill_bonus_tokens_cpu',
+    'rotate_input_ids_cpu',
+    'verify_tree_greedy_cpu',
+)
+
+
+def _not_implemented(name: str):
+    def refuse(*_args, **_kwargs):
+        raise NotImplementedError(
+            'sgl_kernel stand-in (tests/real/standin): SGLang called sgl_kernel.%s, which the stand-in only lets it import '
+            '(speculative decoding does not run on CPU); it implements %s' % (name, ', '.join(PROVIDED))
+        )
+
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+for _name in IMPORTED_ONLY:
+    globals()[_name] = _not_implemented(_name)
 
 
 def assign_req_to_token_pool_cpu(
