@@ -56,7 +56,7 @@ def check_real_tree(tree: dict[int, str]) -> None:
     titles = sorted(t for t in tree.values() if t.startswith('sglang::'))
     assert titles == ['sglang::detokenizer', 'sglang::scheduler'], tree
     assert sum(RESOURCE_TRACKER in t for t in tree.values()) == 1, tree
-    launcher = min(tree)
+    launcher = next(iter(tree))  # process_tree lists the launcher first
     assert 'sglang.launch_server' in tree[launcher], tree
 
 
@@ -142,13 +142,22 @@ def simulated_server(real, tmp_path):
 
 def test_the_simulator_answers_in_the_real_servers_shapes(session_server, simulated_server, report):
     """Every endpoint the collection or its tests read, real against simulated, key by key (values by type)."""
-    found = []
+    found, answers = [], {}
     for path in ('/server_info', '/model_info', '/v1/models', '/v1/loads'):
         real_answer = get_json(session_server['url'] + path)
         sim_answer = get_json(simulated_server['url'] + path)
+        answers[path] = (real_answer, sim_answer)
         found += [path + ' ' + d for d in differences(shape(real_answer), shape(sim_answer))]
+    # Values the collection and its tests read, where the simulator can know them (the model's window, the pool).
+    real_info, sim_info = answers['/server_info']
+    for key in ('max_total_num_tokens', 'max_req_input_len', 'max_running_requests', 'context_length', 'device', 'version', 'status'):
+        if real_info[key] != sim_info[key]:
+            found.append('/server_info %s: %r here, %r there' % (key, real_info[key], sim_info[key]))
+    if answers['/v1/models'][0]['data'][0]['max_model_len'] != answers['/v1/models'][1]['data'][0]['max_model_len']:
+        found.append('/v1/models max_model_len differs')
     report.add('simulator differences left', len(found))
     assert found == [], '\n'.join(found)
+    check_real_tree(process_tree(simulated_server['pid']))
 
 
 def test_a_second_launch_leaves_the_healthy_server_alone(session_server, instance, launch):
