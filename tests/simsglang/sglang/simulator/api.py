@@ -77,7 +77,7 @@ LOAD_PROMETHEUS_PREFIXES = {"speculative": "spec", "disaggregation": "disagg"}
 
 
 # ServerArgs fields that no flag sets, with the values the real server reported (tests/real, SGLang 0.5.23 on CPU).
-SERVER_ARGS_WITHOUT_FLAGS = {
+SERVER_ARGS_WITHOUT_FLAGS: dict = {
     "_radix_eviction_policy_explicitly_set": False,
     "_speculative_draft_quantization_explicitly_set": False,
     "_swa_full_tokens_ratio_explicitly_set": False,
@@ -107,7 +107,7 @@ SERVER_ARGS_WITHOUT_FLAGS = {
 # The server arguments the scheduler's internal state does not repeat (the launcher's own).
 INTERNAL_STATE_LEAVES_OUT = ("custom_sigquit_handler", "hicache_object_layout", "kv_events", "launch_command")
 # /model_info's `embedding` for a generation model (what the real server answered for a Llama).
-GENERATION_MODEL_EMBEDDING = {
+GENERATION_MODEL_EMBEDDING: dict = {
     "family": "none",
     "task": "none",
     "execution": "none",
