@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 import urllib.request
@@ -311,8 +312,14 @@ def shell_server(real, gpu_host, sessions, tmp_path):
     port = free_port()
     env = dict(server_environment(gpu_host.state_dir), CUDA_VISIBLE_DEVICES='1', PATH='/usr/bin:/bin', LANG='C.UTF-8')
     argv = [str(real['python']), '-m', 'sglang.launch_server', '--model-path', str(real['model']), '--port', str(port)] + cpu_argv(CPU_ARGS)
-    script = '"$@" > %s 2>&1 & echo $! > %s; sleep 3600 & echo $! > %s; wait' % (tmp_path / 'server.log', tmp_path / 'launcher.pid', tmp_path / 'bystander.pid')
-    shell = subprocess.Popen(['bash', '-c', script, 'bash'] + argv, env=env, start_new_session=True)
+    # A script, so that the shell's own command line is `bash start.sh`, as an operator's shell does not carry the
+    # server's command line (a shell whose arguments held it would match gpu_kill's pattern and count as its launcher).
+    script = tmp_path / 'start.sh'
+    script.write_text(
+        '%s > %s 2>&1 &\necho $! > %s\nsleep 3600 &\necho $! > %s\nwait\n'
+        % (shlex.join(argv), tmp_path / 'server.log', tmp_path / 'launcher.pid', tmp_path / 'bystander.pid')
+    )
+    shell = subprocess.Popen(['bash', str(script)], env=env, start_new_session=True)
     sessions.append(shell.pid)
     wait_for(lambda: (tmp_path / 'bystander.pid').exists(), timeout=30, what='the shell to start its jobs')
     url = 'http://127.0.0.1:%d' % port
