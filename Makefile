@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units compat lint integration reliability contract containers molecule awx ee
+test: sanity units compat lint integration reliability contract containers molecule awx ee real
 	@echo "all test tiers passed"
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
@@ -73,6 +73,13 @@ awx: bootstrap
 ee: bootstrap
 	tests/awx/build-ee.sh
 	python -m pytest -p no:cacheprovider tests/awx/ee_jobs.py
+
+# The collection against the real SGLang 0.5.23 on this machine's CPU (tests/real): its environment (11 GB, from
+# tests/real/requirements.txt) and a tiny model are built once into ~/.cache/gpufleet-real and reused.
+.PHONY: real
+real: bootstrap
+	tests/real/bootstrap.sh
+	python -m pytest -p no:cacheprovider tests/real
 
 # Podman containers running systemd, built locally once per machine (needs root).
 containers: bootstrap

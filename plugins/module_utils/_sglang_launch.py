@@ -338,8 +338,12 @@ def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
 
 
 def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: float = 0.05) -> dict:
-    """SIGTERM the server's process group, wait up to ``stop_timeout`` for the session to empty, then
-    SIGKILL every process left in it. Returns what happened."""
+    """SIGTERM the server's launcher, wait up to ``stop_timeout`` for the session to empty, then SIGKILL
+    every process left in it. Returns what happened.
+
+    The launcher alone: SGLang drains on its launcher's SIGTERM and then stops its children itself, while a child
+    that gets SIGTERM dies at once (the real 0.5.23 scheduler exits -15, the launcher takes that for a crash and
+    kills the whole tree), failing every request in flight."""
     sid = state.get('sid') or state.get('pid')
     start = time.monotonic()
     report: dict[str, Any] = dict(signal=None, seconds=0.0, killed=[])
@@ -348,7 +352,7 @@ def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: fl
         return report
     if process_alive(state):
         try:
-            os.killpg(state.get('pgid') or state['pid'], signal.SIGTERM)
+            os.kill(state['pid'], signal.SIGTERM)
             report['signal'] = 'SIGTERM'
         except ProcessLookupError:
             pass

@@ -107,7 +107,16 @@ class SimHost:
         holder = Holder(proc, ready)
         return dict(launcher=int(holder.info['launcher']), helper=int(holder.info['helper']), schedulers=[int(p) for p in holder.info['schedulers'].split(',')])
 
-    def module(self, name: str, args: dict | None = None, check: bool = False, diff: bool = False, python: Path | str | None = None, cli: bool = False) -> dict:
+    def module(
+        self,
+        name: str,
+        args: dict | None = None,
+        check: bool = False,
+        diff: bool = False,
+        python: Path | str | None = None,
+        cli: bool = False,
+        timeout: float = 120,
+    ) -> dict:
         """Run gpufleet.sglang.<name> on this host as Ansible does; return its result (with 'failed').
 
         The AnsiballZ payload runs under the host's interpreter (tests/support/ansiballz.py), without the
@@ -115,7 +124,7 @@ class SimHost:
         plugin, or everywhere when SIMFLEET_MODULE_CLI=1.
         """
         if not (cli or has_action(name) or os.environ.get('SIMFLEET_MODULE_CLI') == '1'):
-            return run_module(name, args, python or self.python, ansible_env(), check=check, diff=diff)
+            return run_module(name, args, python or self.python, ansible_env(), check=check, diff=diff, timeout=timeout)
         inventory = self.root / ('%s.ini' % self.name)
         inventory.write_text('[gpu_servers]\n%s\n' % self.inventory_line(python))
         argv = ['ansible', self.name, '-i', str(inventory), '-o', '-m', 'gpufleet.sglang.%s' % name]
@@ -125,7 +134,7 @@ class SimHost:
             argv.append('--check')
         if diff:
             argv.append('--diff')
-        out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=timeout, check=False)
         for line in out.stdout.splitlines():
             match = _ONELINE.match(line)
             if match:
@@ -134,12 +143,12 @@ class SimHost:
                 return result
         raise AssertionError('no module result in ansible output:\n%s\n%s' % (out.stdout, out.stderr))
 
-    def launch(self, args: dict, check: bool = False, diff: bool = False) -> dict:
+    def launch(self, args: dict, check: bool = False, diff: bool = False, timeout: float = 120) -> dict:
         """sglang_launch for one instance given as flat arguments (host-level keys split out); the
         instance's result merged over the task's (changed, failed, msg)."""
         task = dict((k, v) for k, v in args.items() if k in LAUNCH_HOST_KEYS)
         task['instances'] = [dict((k, v) for k, v in args.items() if k not in LAUNCH_HOST_KEYS)]
-        result = self.module('sglang_launch', task, check=check, diff=diff)
+        result = self.module('sglang_launch', task, check=check, diff=diff, timeout=timeout)
         merged = dict((result.get('instances') or [{}])[0])
         merged.update((k, v) for k, v in result.items() if k != 'instances')
         return merged

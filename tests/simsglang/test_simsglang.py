@@ -440,4 +440,4 @@ def test_a_local_model_path_that_does_not_exist_fails_the_start(tmp_path):
         check=False,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SIMGPU_ROOT)])),
     )
-    assert out.returncode != 0 and "Can't load the configuration of '%s'" % missing in out.stdout + out.stderr
+    assert out.returncode == 1 and "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '%s'" % missing in out.stdout + out.stderr

@@ -23,4 +23,5 @@ run fleet $t/support:$t/integration:$t/simgpu:$t/simsglang $t/support $t/integra
 run reliability $t/support:$t/reliability:$t/integration:$t/simgpu $t/reliability
 run awx $t/support:$t/awx:$t/integration:$t/simgpu $t/awx
 run containers $t/containers $t/containers $t/molecule $t/contract
+run real $t/support:$t/real:$t/real/standin:$t/integration:$t/simgpu $t/real
 exit $status

@@ -76,6 +76,62 @@ LOAD_VALID_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "qu
 LOAD_PROMETHEUS_PREFIXES = {"speculative": "spec", "disaggregation": "disagg"}
 
 
+# ServerArgs fields that no flag sets, with the values the real server reported (tests/real, SGLang 0.5.23 on CPU).
+SERVER_ARGS_WITHOUT_FLAGS: dict = {
+    "_radix_eviction_policy_explicitly_set": False,
+    "_speculative_draft_quantization_explicitly_set": False,
+    "_swa_full_tokens_ratio_explicitly_set": False,
+    "aux_hidden_state_capture": None,
+    "custom_sigquit_handler": None,
+    "enable_cp_tp_group_sharing": False,
+    "grpc_worker_threads": 4,
+    "hicache_object_layout": {
+        "enabled": False,
+        "backend": None,
+        "page_size": 1,
+        "hicache_object_layout": {"pools": []},
+        "reason": "Hierarchical cache is disabled",
+    },
+    "kv_events": None,
+    "speculative_boundary_reduction": "rs+rsv",
+    "stat_loggers": None,
+    "uses_mamba_radix_cache": False,
+    "watermark_context_window": 4,
+    "watermark_default_enabled": False,
+    "watermark_enforce_all": False,
+    "watermark_key": "<redacted>",
+    "watermark_key_b": "<redacted>",
+    "watermark_max_probability": 1.0,
+    "watermark_mixing_probability": 0.5,
+}
+# The server arguments the scheduler's internal state does not repeat (the launcher's own).
+INTERNAL_STATE_LEAVES_OUT = ("custom_sigquit_handler", "hicache_object_layout", "kv_events", "launch_command")
+# /model_info's `embedding` for a generation model (what the real server answered for a Llama).
+GENERATION_MODEL_EMBEDDING: dict = {
+    "family": "none",
+    "task": "none",
+    "execution": "none",
+    "attention": "none",
+    "pooling": "model_defined",
+    "normalize": False,
+    "postprocessor": "none",
+    "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False,
+    "supports_token_embeddings": False,
+    "supports_multimodal": False,
+    "requires_embedding_flag": False,
+    "auto_enable_embedding": False,
+    "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False,
+    "safe_disable_radix_cache": False,
+    "safe_disable_chunked_prefill": False,
+    "enabled": False,
+    "matryoshka_dimensions": [],
+    "bcg": {"prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096, "capture_batch_sizes": []},
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
+
+
 class RequestAborted(Exception):
     """The client went away while its request was decoding."""
 
@@ -373,15 +429,37 @@ class ServerState(object):
                 lines.append('%s{dp_rank="%s"} %s' % (metric, dp_rank, value))
         return "\n".join(lines) + "\n"
 
+    def startup_timings(self):
+        """SGLang's `startup_time` in /server_info: seconds per startup phase (not a time stamp)."""
+        graph = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
+        load = float(self.settings.get("startup_seconds") or 0.0)
+        return {"load_weight": load, "kv_cache_allocation": 0.0, "scheduler_e2e": load, "cuda_graph": graph, "tokenizer_e2e": load}
+
     def internal_state(self):
+        """internal_states[0], as the real server's scheduler reports it: every server argument again, then its own."""
+        graph = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
         with self.lock:
-            state = {
-                "world_size": self.args.get("tp_size", 1),
-                "startup_time": self.startup_time,
-                "effective_max_running_requests_per_dp": self.max_running,
-                "last_gen_throughput": self._current_throughput(),
-                "memory_usage": dict(self.memory_usage),
-            }
+            state = self._server_args()
+            for name in INTERNAL_STATE_LEAVES_OUT:
+                state.pop(name, None)
+            state.update(
+                {
+                    "decode_cuda_graph_bs": [],
+                    "decode_cuda_graph_memory_gb": 0.0,
+                    "world_size": self.args.get("tp_size", 1),
+                    "startup_time": self.startup_timings(),
+                    "effective_max_running_requests_per_dp": self.max_running,
+                    "last_gen_throughput": self._current_throughput(),
+                    "memory_usage": {
+                        "weight": self.memory_usage.get("weight", 0.0),
+                        "kvcache": self.memory_usage.get("kv_cache", 0.0),
+                        "startup_available": self.memory_usage.get("startup_available", 0.0),
+                        "token_capacity": self.memory_usage.get("token_capacity"),
+                        "token_capacity_swa": None,
+                        "graph": graph,
+                    },
+                }
+            )
             if self.speed.enabled and self.spec_forward_ct > 0:
                 state["avg_spec_accept_length"] = self.spec_accept_tokens / float(self.spec_forward_ct)
         return state
@@ -391,12 +469,38 @@ class ServerState(object):
             self.last_gen_throughput = 0.0
         return self.last_gen_throughput
 
+    def _server_args(self):
+        """The server arguments as SGLang 0.5.23's /server_info lists them: the parser's destinations less `config`
+        (read and dropped before ServerArgs exists), plus the fields ServerArgs has without a flag (seen on the real
+        server, tests/real)."""
+        info = {k: v for k, v in self.args.items() if k != "config"}
+        info.update(SERVER_ARGS_WITHOUT_FLAGS)
+        if info.get("mm_process_config") is None:
+            info["mm_process_config"] = {}
+        decode_bs = int(self.args.get("cuda_graph_max_bs_decode") or 32)
+        prefill_bs = int(self.args.get("cuda_graph_max_bs_prefill") or 4096)
+        info["cuda_graph_config"] = {
+            phase: {
+                "backend": "disabled" if self.args.get("disable_cuda_graph") else "full",
+                "max_bs": max_bs,
+                "bs": [],
+                "tc_compiler": "eager",
+                "max_context_size": None,
+                "full_prefill_max_req": None,
+                "full_prefill_prefix_chunk_tokens": None,
+                "max_seq_len": None,
+            }
+            for phase, max_bs in (("decode", decode_bs), ("prefill", prefill_bs))
+        }
+        return info
+
     def server_info(self):
-        info = dict(self.args)
+        info = self._server_args()
         info.update(self.scheduler_info)
         info.update(
             {
-                "startup_time": self.startup_time,
+                "status": "ready",
+                "startup_time": self.startup_timings(),
                 "internal_states": [self.internal_state()],
                 "version": __version__,
                 "frontend": "python",
@@ -420,6 +524,7 @@ class ServerState(object):
             "has_audio_understanding": False,
             "model_type": self.settings["model_type"],
             "architectures": [self.settings["architecture"]],
+            "embedding": dict(GENERATION_MODEL_EMBEDDING),
         }
 
     def metrics_text(self):

@@ -9,6 +9,7 @@ included; 0 after a SIGTERM once every request has drained and the children have
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -19,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from multiprocessing import resource_tracker
 
 from sglang.simulator import api, config, workers
 from sglang.simulator import args as cli_args
@@ -194,6 +196,10 @@ class Launcher(object):
 
     # -- children ----------------------------------------------------------------------------
     def fork_children(self, plan):
+        # SGLang's children are multiprocessing "spawn" processes, so the real launcher has one more child before
+        # them: multiprocessing's resource tracker (`python -c 'from multiprocessing.resource_tracker import
+        # main;main(N)'`, seen in tests/real). It exits by itself once the launcher and the children are gone.
+        resource_tracker.ensure_running()
         pipes = [self.ctx.Pipe(duplex=True) for _rank in range(plan["tp_size"] + 1)]
         every_end = [end for pair in pipes for end in pair]
         me = os.getpid()
@@ -253,9 +259,11 @@ class Launcher(object):
     def _absorb(self, report):
         if report.get("tp_rank") == 0:
             tokens = report["max_total_num_tokens"]
+            if self.args.get("max_total_tokens"):  # SGLang caps the KV pool at --max-total-tokens
+                tokens = min(tokens, int(self.args["max_total_tokens"]))
             self.state.scheduler_info = {
                 "max_total_num_tokens": tokens,
-                "max_req_input_len": min(self.settings["context_length"], tokens) - 1,
+                "max_req_input_len": min(self.settings["context_length"] - 1, tokens - 1) - 5,  # tp_worker.py
             }
             self.state.gpu_name = report.get("gpu_name") or self.state.gpu_name
             self.state.memory_usage = {
@@ -349,6 +357,29 @@ class Launcher(object):
         self.drain_and_exit()
 
 
+def context_length(server_args, settings):
+    """SGLang's ModelConfig._derive_context_length: the model's window (a local config.json's
+    max_position_embeddings, else the simulator's `context_length`); --context-length may shorten it and may
+    lengthen it only with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (the text is the real server's, tests/real)."""
+    derived = settings["context_length"]
+    model = os.path.expanduser(server_args.get("model_path") or "")
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            derived = int(json.load(f).get("max_position_embeddings") or derived)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    asked = server_args.get("context_length")
+    if asked is None:
+        return derived
+    if int(asked) > derived and os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower() not in ("1", "true", "yes"):
+        _fail_before_start(
+            "Warning: User-specified context_length (%d) is greater than the derived context_length (%d). This may lead to incorrect "
+            "model outputs or CUDA errors. Note that the derived context_length may differ from max_position_embeddings in the model's "
+            "config. To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" % (int(asked), derived)
+        )
+    return int(asked)
+
+
 def main(argv):
     """Run the simulated server with SGLang's command line (without the program name)."""
     argv = list(argv)
@@ -359,14 +390,14 @@ def main(argv):
         settings = config.load(server_args["model_path"])
     except config.ConfigError as exc:
         _fail_before_start(str(exc), "RuntimeError")
-    # Like SGLang (through transformers' AutoConfig), a local path that is not there fails the load; a
+    # Like SGLang (through transformers' AutoConfig), a local path that is not there fails the load: not being a
+    # directory, it is taken for a hub repo id, which a path is not (the real 0.5.23 server's text, tests/real); a
     # name that is not a local path is taken as a model id (the simulation needs no hub).
     for key in ("model_path", "speculative_draft_model_path"):
         path = server_args.get(key)
         if path and path.startswith(("/", "./", "../", "~")) and not os.path.isdir(os.path.expanduser(path)):
-            _fail_before_start(
-                "Can't load the configuration of '%s': make sure it is the correct path to a directory containing a config.json file" % path, "OSError"
-            )
+            _fail_before_start("Repo id must be in the form 'repo_name' or 'namespace/repo_name': '%s'. Use `repo_type` argument if needed." % path, "OSError")
+    settings["context_length"] = context_length(server_args, settings)
     server_args["served_model_name"] = server_args.get("served_model_name") or server_args["model_path"]
     server_args["tokenizer_path"] = server_args.get("tokenizer_path") or server_args["model_path"]
     resolve_speculative(server_args, settings)
