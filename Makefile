@@ -17,7 +17,7 @@ collection: bootstrap
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
 
-test: sanity units compat lint integration reliability contract containers molecule awx ee real
+test: sanity units compat lint integration reliability contract containers molecule awx ee
 	@echo "all test tiers passed"
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins

@@ -35,7 +35,7 @@ def corpus(lines: int = 4000, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     text = []
     for i in range(lines):
-        sentence = ' '.join(rng.choice(WORDS) for _ in range(rng.randint(4, 14)))
+        sentence = ' '.join(rng.choice(WORDS) for _word in range(rng.randint(4, 14)))
         text.append('%s%s %d.' % (sentence[0].upper(), sentence[1:], i % 97))
     return text
 

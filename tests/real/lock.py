@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write tests/real/requirements.txt: every package `pip install -r requirements.in` would install, pinned with
 the hash of the file pip resolved (pip's --dry-run --report, in a scratch virtual environment with an up-to-date
 pip, so nothing is installed and the markers are this interpreter's). Indexes come from the machine's pip

@@ -321,7 +321,7 @@ def shell_server(real, gpu_host, sessions, tmp_path):
     )
     shell = subprocess.Popen(['bash', str(script)], env=env, start_new_session=True)
     sessions.append(shell.pid)
-    wait_for(lambda: (tmp_path / 'bystander.pid').exists(), timeout=30, what='the shell to start its jobs')
+    wait_for((tmp_path / 'bystander.pid').exists, timeout=30, what='the shell to start its jobs')
     url = 'http://127.0.0.1:%d' % port
     wait_serving(url)
     yield dict(

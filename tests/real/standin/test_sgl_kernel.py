@@ -71,7 +71,7 @@ class CopyAllLayerKvCache(unittest.TestCase):
     def test_matches_the_kernel_on_random_layers_dtypes_and_overlaps(self):
         gen = torch.Generator().manual_seed(2)
         for trial, dtype in enumerate([torch.float32, torch.bfloat16, torch.float16, torch.int8] * 5):
-            layers = [torch.randn((40, 2, 8), generator=gen).to(dtype) for _ in range(3)]
+            layers = [torch.randn((40, 2, 8), generator=gen).to(dtype) for _layer in range(3)]
             n = int(torch.randint(1, 20, (1,), generator=gen))
             src = torch.randint(0, 40, (n,), generator=gen)
             tgt = torch.randperm(40, generator=gen)[:n]  # distinct targets, sources may overlap them
