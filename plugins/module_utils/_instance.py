@@ -51,8 +51,12 @@ def as_float(value) -> float | None:
 
 
 def mask_server_info(info: dict) -> dict:
-    """A copy of /server_info without secrets: SGLang returns api_key itself to an authorised caller."""
+    """A copy of /server_info without secrets: SGLang returns api_key itself to an authorised caller, at the top
+    and again in each of its internal_states[] (which repeat the server arguments)."""
     masked = dict(info)
+    states = masked.get('internal_states')
+    if isinstance(states, list):
+        masked['internal_states'] = [mask_server_info(state) if isinstance(state, dict) else state for state in states]
     for key in SECRET_KEYS:
         if masked.get(key):
             masked[key] = MASK
