@@ -18,13 +18,24 @@ import random
 import shlex
 import time
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
+    RunDir,
+    StoreError,
+    acquire,
+    check_held,
+    drop_torn,
+    read_trials,
+    record_problems,
+    release,
+)
 
 display = Display()
 
@@ -33,14 +44,21 @@ ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', '
 SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 
 
-def _plan_path(run_dir: str) -> str:
-    return os.path.join(run_dir, store.PLAN)
+# The lines of report.md the playbook prints.
+VERDICT_LINES = ('**Winner**', '**No winner**', 'Winner at', 'It is', 'No speculative point', 'The best point', 'The curve turns', 'Sweep wall time')
+PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
 
 
-def load_plan(run_dir: str) -> dict:
-    plan = store.read_json(_plan_path(run_dir))
+def load_plan(run_dir: RunDir) -> dict:
+    plan = run_dir.read_json(store.PLAN)
     if not plan:
-        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir, store.PLAN))
+        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir.path, store.PLAN))
+    missing = [k for k in PLAN_KEYS if not isinstance(plan, dict) or k not in plan]
+    if missing or grid_rules.fingerprint(plan) != plan.get('fingerprint'):
+        raise AnsibleActionFail(
+            'run_dir: %s does not match its own fingerprint (%s); it was changed by something other than the sweep: give a new run_dir'
+            % (run_dir.file(store.PLAN), 'missing %s' % ', '.join(missing) if missing else 'the plan was edited')
+        )
     return plan
 
 
@@ -98,9 +116,16 @@ class ActionModule(ActionBase):
         operation = params['operation']
         handler = getattr(self, 'op_%s' % operation)
         try:
-            result.update(handler(params, task_vars or {}))
+            # Each operation checks the run directory again (it could have been swapped since); plan creates it once the
+            # grid is valid.
+            with RunDir(params['run_dir']) as run_dir:
+                if operation not in ('plan', 'release') and run_dir.exists and not self._task.check_mode:
+                    check_held(run_dir)
+                result.update(handler(params, task_vars or {}, run_dir))
         except AnsibleActionFail:
             raise
+        except StoreError as exc:
+            raise AnsibleActionFail('%s; nothing was touched by this task' % exc) from None
         except (OSError, ValueError) as exc:
             raise AnsibleActionFail('sglang_tune %s: %s' % (operation, exc)) from exc
         result.setdefault('changed', False)
@@ -108,37 +133,69 @@ class ActionModule(ActionBase):
 
     # -------------------------------------------------------------- plan
 
-    def op_plan(self, params: dict, task_vars: dict) -> dict:
-        run_dir = os.path.abspath(params['run_dir'])
+    def op_plan(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
         hosts = params['hosts']
         if not hosts:
             raise AnsibleActionFail('hosts: the sweep needs at least one host')
         drafts = set(v for v in params['draft_model_paths'].values() if v)
         try:
+            extra_vars = load_extra_vars(self._loader)
+        except AnsibleError:
+            extra_vars = {}
+        stray = grid_rules.stray_variables(extra_vars)
+        try:
             expanded = grid_rules.expand(params['grid'], sorted(drafts)[0] if drafts else None)
         except grid_rules.GridError as exc:
-            raise AnsibleActionFail(str(exc)) from None
-        previous = store.read_json(_plan_path(run_dir))
+            raise AnsibleActionFail(str(grid_rules.GridError(stray + exc.problems))) from None
+        if stray:
+            raise AnsibleActionFail(str(grid_rules.GridError(stray)))
+        entries = run_dir.audit() if run_dir.exists else []
+        previous = load_plan(run_dir) if store.PLAN in entries else None
+        # Besides the sweep's own files, only the temporary files of an interrupted write may be there.
+        strangers = sorted(n for n in set(entries) - set(store.OWN_FILES) - {'.lock'} if not (n.startswith('.') and n.endswith('.tmp')))
+        if previous is None and strangers:
+            raise AnsibleActionFail(
+                'run_dir: %s is not empty (%s) and holds no plan of a sweep; give a new or an empty directory' % (run_dir.path, ', '.join(strangers[:5]))
+            )
         seed = expanded['seed']
         if seed is None:
             seed = previous['seed'] if previous else random.SystemRandom().randrange(1, 10**6)
-        plan = dict(expanded, seed=seed, hosts=sorted(hosts), run_dir=run_dir)
+        plan = dict(expanded, seed=seed, hosts=sorted(hosts), run_dir=run_dir.path)
         plan['schedule'] = grid_rules.schedule(plan['points'], plan['hosts'], plan['repeats'], seed, plan['adaptive'])
         plan['fingerprint'] = grid_rules.fingerprint(plan)
-        plan['command'] = reproduce_command(params['inventory'], run_dir)
+        plan['command'] = reproduce_command(params['inventory'], run_dir.path)
         resumed = False
         if previous:
             if previous.get('fingerprint') != plan['fingerprint']:
+                changed = [k for k in grid_rules.FINGERPRINT_KEYS if previous.get(k) != plan.get(k)]
                 raise AnsibleActionFail(
-                    'run_dir: %s holds another sweep (other points, repeats, benchmark, seed or hosts: %s); give a new run_dir, '
-                    'or the same grid and seed to resume it' % (run_dir, previous.get('fingerprint'))
+                    'run_dir: %s holds another sweep (its %s differ from this one); give a new run_dir, '
+                    'or the same grid and seed to resume it' % (run_dir.path, ', '.join(changed) or 'plan')
                 )
             resumed = True
-        done = store.done_trials(run_dir) if resumed else set()
+        notes = []
+        done: set = set()
+        trials_read = None
+        if resumed:
+            # Every record checked before any host is touched; a torn last line (a killed run) dropped and said.
+            trials_read = read_trials(run_dir, previous)
+            done = set(t['trial'] for t in trials_read.records if t.get('status') in store.DONE)
+            note = trials_read.note(run_dir.file(store.TRIALS))
+            if note:
+                notes.append(note)
         if not self._task.check_mode:
-            os.makedirs(run_dir, mode=0o700, exist_ok=True)
-            store.write_private(_plan_path(run_dir), json.dumps(plan, indent=1, sort_keys=True))
-            store.write_private(os.path.join(run_dir, store.GRID), grid_yaml(params['grid'], plan))
+            # Held before anything is written: a second sweep is refused here.
+            if not run_dir.exists:
+                run_dir.open(create=True)
+            taken = acquire(run_dir)
+            if taken:
+                notes.append('run_dir: %s' % taken)
+            if resumed:
+                drop_torn(run_dir, trials_read)
+            run_dir.write(store.PLAN, json.dumps(plan, indent=1, sort_keys=True))
+            run_dir.write(store.GRID, grid_yaml(params['grid'], plan))
+        for note in notes:
+            display.warning(note)
         trials = sum(len(r) for r in plan['schedule'])
         lines = [
             'seed %s: %d points (baseline included) x %d repeats = %d trials on %d hosts in %d rounds%s%s'
@@ -152,8 +209,8 @@ class ActionModule(ActionBase):
                 ', adaptive' if plan['adaptive'] else '',
                 ', resuming: %d trials already done' % len(done) if resumed else '',
             ),
-            'run directory %s' % run_dir,
-        ]
+            'run directory %s' % run_dir.path,
+        ] + notes
         lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
         for number, this_round in enumerate(plan['schedule']):
             lines.append('round %d: %s' % (number + 1, ', '.join('%s %s' % (h, t['id']) for h, t in sorted(this_round.items()))))
@@ -161,7 +218,7 @@ class ActionModule(ActionBase):
             seed=seed,
             rounds=len(plan['schedule']),
             points=plan['points'],
-            run_dir=run_dir,
+            run_dir=run_dir.path,
             resumed=resumed,
             done=len(done),
             apply=plan['apply'],
@@ -173,8 +230,7 @@ class ActionModule(ActionBase):
 
     # -------------------------------------------------------------- fleet
 
-    def op_fleet(self, params: dict, task_vars: dict) -> dict:
-        run_dir = os.path.abspath(params['run_dir'])
+    def op_fleet(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
         facts = params['facts']
         if not facts:
             raise AnsibleActionFail('facts: no host to compare')
@@ -190,21 +246,39 @@ class ActionModule(ActionBase):
                 'the hosts of a sweep must be alike (GPU model and count, model and draft model path, tensor parallel size, SGLang version, one '
                 'instance each), so that a slow host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
             )
-        path = os.path.join(run_dir, store.FLEET)
-        recorded = store.read_json(path)
+        recorded = run_dir.read_json(store.FLEET)
+        if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get('hosts'), dict)):
+            raise AnsibleActionFail('%s is not a record of the fleet the sweep wrote; give a new run_dir' % run_dir.file(store.FLEET))
+        if recorded is not None:
+            # A resumed sweep measures the fleet it began on, or its figures would mix two fleets.
+            moved = []
+            for host in names:
+                then = recorded['hosts'].get(host)
+                if not isinstance(then, dict):
+                    moved.append('%s was not part of the sweep when it began' % host)
+                    continue
+                moved += [
+                    '%s: %s is %r, where the sweep began with %r' % (host, key, facts[host].get(key), then.get(key))
+                    for key in ALIKE
+                    if then.get(key) != facts[host].get(key)
+                ]
+            if moved:
+                raise AnsibleActionFail(
+                    'run_dir: %s began on another fleet; its trials cannot be resumed on this one, give a new run_dir; nothing was touched:\n  - %s'
+                    % (run_dir.path, '\n  - '.join(moved))
+                )
         if recorded is None:
             recorded = dict(hosts=facts, recorded_at=store.now())
             if not self._task.check_mode:
-                store.write_private(path, json.dumps(recorded, indent=1, sort_keys=True))
+                run_dir.write(store.FLEET, json.dumps(recorded, indent=1, sort_keys=True))
         # A resumed sweep restores what ran before its first run, not what an interrupted run left behind.
         before = dict((h, recorded['hosts'].get(h, facts[h]).get('before')) for h in names)
         return dict(before=before, msg=['%s: %s' % (h, facts[h].get('before_label')) for h in names])
 
     # -------------------------------------------------------------- next
 
-    def op_next(self, params: dict, task_vars: dict) -> dict:
-        run_dir = os.path.abspath(params['run_dir'])
-        if self._task.check_mode and not os.path.exists(_plan_path(run_dir)):
+    def op_next(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
+        if self._task.check_mode and run_dir.read(store.PLAN) is None:
             # --check planned without writing: there is nothing to hand out.
             return dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=store.now()), reason='check mode')
         plan = load_plan(run_dir)
@@ -219,14 +293,16 @@ class ActionModule(ActionBase):
         points = dict((p['id'], p) for p in plan['points'])
         point = points[entry['point']]
         trial = dict(entry, round=number, host=host, label=grid_rules.label(point), environment_name=point['environment'])
-        if entry['id'] in store.done_trials(run_dir):
+        recorded = store.load_trials(run_dir, plan)
+        if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in store.DONE):
             return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
         if plan['adaptive']:
-            why = store.adaptive_skip(plan, store.load_trials(run_dir), point)
+            why = store.adaptive_skip(plan, recorded, point)
             if why:
                 if not self._task.check_mode:
-                    store.append_trial(
-                        run_dir, dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why)
+                    run_dir.append_line(
+                        store.TRIALS,
+                        dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why),
                     )
                 display.display('skipped %s on %s: %s' % (trial['label'], host, why))
                 return dict(idle, trial=trial, reason=why, skipped=True)
@@ -241,8 +317,7 @@ class ActionModule(ActionBase):
 
     # -------------------------------------------------------------- record
 
-    def op_record(self, params: dict, task_vars: dict) -> dict:
-        run_dir = os.path.abspath(params['run_dir'])
+    def op_record(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
         trial = params['trial'] or {}
         if not trial.get('id'):
             raise AnsibleActionFail('trial: the result of operation next is expected')
@@ -284,8 +359,11 @@ class ActionModule(ActionBase):
                 reason = clip('; '.join('concurrency %s: %s' % (lv.get('concurrency'), lv.get('error') or 'not measured') for lv in bad))
         record['status'] = 'failed' if reason else 'ok'
         record['reason'] = reason
+        problems = record_problems(record, load_plan(run_dir))
+        if problems:
+            raise AnsibleActionFail('trial %s: the results give no valid record (%s)' % (trial['id'], '; '.join(problems)))
         if not self._task.check_mode:
-            store.append_trial(run_dir, record)
+            run_dir.append_line(store.TRIALS, record)
         first = next((lv for lv in levels if lv.get('measured')), None)
         line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % clip(reason, 200) if reason else '')
         if not reason and first:
@@ -299,8 +377,7 @@ class ActionModule(ActionBase):
 
     # -------------------------------------------------------------- report
 
-    def op_report(self, params: dict, task_vars: dict) -> dict:
-        run_dir = os.path.abspath(params['run_dir'])
+    def op_report(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
         if self._task.check_mode:
             return dict(msg=['check mode: no trial ran, no report is written'], winner=None, winners={}, files={})
         plan = load_plan(run_dir)
@@ -309,7 +386,7 @@ class ActionModule(ActionBase):
         except ImportError as exc:
             raise AnsibleActionFail(
                 'the report plot needs the Python package matplotlib on the controller (pip install matplotlib): %s; '
-                'trials.jsonl in %s is complete, rerun with the same run_dir once it is installed' % (exc, run_dir)
+                'trials.jsonl in %s is complete, rerun with the same run_dir once it is installed' % (exc, run_dir.path)
             ) from None
         decision = written['decision']
         winner = decision['apply']
@@ -320,14 +397,11 @@ class ActionModule(ActionBase):
             )
             for c, ch in decision['per_level'].items()
         )
-        files = dict((name, os.path.join(run_dir, name)) for name in (store.TRIALS, store.SUMMARY, store.REPORT, store.PLOT))
+        files = dict((name, run_dir.file(name)) for name in (store.TRIALS, store.SUMMARY, store.REPORT, store.PLOT))
         lines = []
-        with open(files[store.REPORT], encoding='utf-8') as handle:
-            for text in handle.read().splitlines():
-                if text.startswith(
-                    ('**Winner**', '**No winner**', 'Winner at', 'It is', 'No speculative point', 'The best point', 'The curve turns', 'Sweep wall time')
-                ):
-                    lines.append(text.replace('**', ''))
+        for text in (run_dir.read(store.REPORT) or '').splitlines():
+            if text.startswith(VERDICT_LINES):
+                lines.append(text.replace('**', ''))
         lines += ['report: %s' % files[store.REPORT], 'plot: %s' % files[store.PLOT]]
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in store.DONE)
         return dict(
@@ -352,3 +426,11 @@ class ActionModule(ActionBase):
             msg=lines,
             generated_at=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
         )
+
+    # -------------------------------------------------------------- release
+
+    def op_release(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
+        if self._task.check_mode or not run_dir.exists:
+            return dict(released=False, msg='nothing to release')
+        released = release(run_dir)
+        return dict(released=released, msg='run_dir %s released' % run_dir.path if released else 'run_dir %s was not held by this sweep' % run_dir.path)

@@ -31,6 +31,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
@@ -59,12 +60,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative impor
 # A bare address or host name: no user part, no path, nothing a URL would read as another host.
 HOST_RE = re.compile(r'^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|\[[0-9A-Fa-f:.]+\])$')
 CONTROL_RE = re.compile(r'[\x00-\x1f\x7f]')
-# Environment variable names that hold secrets: they belong in secret_environment, which is never shown.
-SECRET_ENV_RE = re.compile(r'(TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_?KEY)', re.I)
 # Module option -> the SGLang flag it sets, for the secrets that go through the private --config file.
 SECRET_OPTIONS = (('api_key', 'api-key'), ('admin_api_key', 'admin-api-key'), ('ssl_keyfile_password', 'ssl-keyfile-password'))
-ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-RESERVED_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')
 LOCK_NAME = 'relaunch.lock'
 TIMEOUT_FIELDS = ('ready_timeout', 'ready_poll_interval', 'stop_timeout')
 SECRET_PARAMS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
@@ -201,21 +198,12 @@ class InstanceSpec:
         secret = self.params.get('secret_environment') or {}
         for option, mapping in (('environment', self.params['environment']), ('secret_environment', secret)):
             for key, value in sorted(mapping.items()):
-                if not ENV_NAME_RE.match(str(key)):
-                    raise self.error('%s: %r is not a valid environment variable name' % (option, key))
-                if key in RESERVED_ENV:
-                    raise self.error('%s.%s: is set by the module from the gpus option; give the GPUs there' % (option, key))
-                if option == 'environment' and SECRET_ENV_RE.search(key):
-                    raise self.error(
-                        'environment.%s: looks like a secret; give it in secret_environment, whose values are never logged, returned or shown' % key
-                    )
+                problem = variable_problem(option, key, value, secret=option == 'secret_environment')
+                if problem:
+                    raise self.error(problem)
                 if option == 'secret_environment' and key in self.params['environment']:
                     raise self.error('secret_environment.%s: is also in environment' % key)
-                if isinstance(value, (dict, list)) or value is None:
-                    raise self.error('%s.%s: the value is not a string (a %s)' % (option, key, type(value).__name__))
-                text = str(value).lower() if isinstance(value, bool) else str(value)
-                if '\0' in text or '\n' in text or '\r' in text:
-                    raise self.error('%s.%s: the value contains a NUL or line break' % (option, key))
+                text = value_text(value)
                 self.env[key] = text
 
     def validate_extra_args(self) -> list:

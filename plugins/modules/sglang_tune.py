@@ -28,6 +28,19 @@ description:
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
   - V(report) writes C(summary.csv), C(report.md) and C(plot.png) and returns the winner per concurrency level and the
     one C(apply) uses.
+  - V(release) gives up the run directory's lock at the end of the sweep.
+  - The run directory is trusted only when no one else can write it. It is refused when it is a symbolic link, is not
+    owned by the controller's user, is writable by its group or by others, or lies below a directory that someone
+    other than root and that user owns, or that others can write without the sticky bit. Its files are opened
+    without following links and replaced by renaming a fresh temporary file. The V(plan) of a sweep takes the run
+    directory for its C(ansible-playbook) (C(sweep.lock): pid, user, host): a second sweep on it is refused naming the
+    holder, and the lock of a sweep that is no longer running is taken over.
+  - Every record of C(trials.jsonl) is checked against its schema and the plan when it is read: a torn last line (an
+    interrupted run) is dropped and said, and any other bad line fails the task naming the file and the line.
+  - Extra variables that look like a misspelt grid key (C(repeat) for C(repeats)) are refused with the key suggested,
+    as are grid keys that belong elsewhere (C(extra_args)); environment variants are held to M(gpufleet.sglang.sglang_launch)'s
+    rules for C(instances[].environment), and may not set what decides which code the server loads
+    (C(LD_*), C(PYTHON*), C(PATH)).
 extends_documentation_fragment:
   - gpufleet.sglang.attributes
   - gpufleet.sglang.attributes.action
@@ -51,7 +64,7 @@ options:
     description: What to do; see the description.
     type: str
     required: true
-    choices: [plan, fleet, next, record, report]
+    choices: [plan, fleet, next, record, report, release]
   run_dir:
     description:
       - The run directory on the controller, created with mode C(0700) by V(plan). Required by every operation but
@@ -182,7 +195,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # The action plugin's argument spec: the action imports it from here, where the documentation checks read it.
 ARGUMENT_SPEC = dict(
-    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report']),
+    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report', 'release']),
     run_dir=dict(type='path'),
     grid=dict(type='dict', default={}),
     hosts=dict(type='list', elements='str', default=[]),

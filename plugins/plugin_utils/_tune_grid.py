@@ -20,6 +20,7 @@ what lets a rerun with the same run directory resume.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -27,6 +28,7 @@ import math
 import random
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
 GRID_KEYS = (
@@ -48,11 +50,16 @@ BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warm
 BENCHMARK_DEFAULTS = dict(
     input_len=1024, output_len=1024, num_prompts=200, concurrency=[1], warmup_requests=1, range_ratio=0.0, timeout=3600.0, dataset_name='random'
 )
+POINT_KEYS = ('algorithm', 'steps', 'topk', 'draft_tokens', 'environment')
+# Keys that look like grid keys but belong elsewhere, and where they go.
+ELSEWHERE = dict(
+    extra_args='the sweep varies speculative parameters and environment variants only; give server flags in the inventory (sglang_server_extra_args)',
+    environment='the grid takes named variants under environments (environments: {name: {VARIABLE: value}})',
+)
 DEFAULT_REPEATS = 3
 DEFAULT_ENVIRONMENT = 'default'
 AUTO = 'auto'
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$')
-ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 
 
 class GridError(ValueError):
@@ -61,6 +68,39 @@ class GridError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__('the grid is refused, nothing was touched:\n  - ' + '\n  - '.join(problems))
         self.problems = problems
+
+
+def unknown_key(prefix: str, key: str, known) -> str:
+    """The problem of a key the grid does not take, with the nearest known key (a typo is no silent default)."""
+    if prefix == '' and key in ELSEWHERE:
+        return '%s%s: is not a grid key: %s' % (prefix, key, ELSEWHERE[key])
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = 'did you mean %s%s? ' % (prefix, near[0]) if near else ''
+    return '%s%s: is not a grid key; %sthe keys are %s' % (prefix, key, hint, ', '.join(known))
+
+
+# Extra variables of tune.yml (and of its AWX job's survey) that are not grid keys.
+PLAYBOOK_VARS = ('target', 'batch', 'restore_only', 'max_fail_percentage', 'draft_model', 'tune_environments', 'tune_points')
+
+
+def stray_variables(names) -> list[str]:
+    """Extra variables (``-e``, ``-e @grid.yml``) that look like a misspelt grid key: refused, the key suggested.
+
+    The grid's keys are the playbook's extra variables, so a typo (``repeat: 10``) would otherwise be a variable no
+    one reads and the sweep would run with the default. Variables of the collection's roles (``sglang_*``,
+    ``gpu_*``), Ansible's and AWX's own, and the playbook's are never questioned.
+    """
+    problems = []
+    for name in sorted(str(n) for n in names):
+        if name in GRID_KEYS or name in PLAYBOOK_VARS or name.startswith(('sglang_', 'gpu_', 'ansible_', 'awx_', 'tower_', '_')):
+            continue
+        if name in ELSEWHERE:
+            problems.append(unknown_key('', name, GRID_KEYS))
+            continue
+        near = difflib.get_close_matches(name, GRID_KEYS, n=1, cutoff=0.75)
+        if near:
+            problems.append('%s: is not a grid key; did you mean %s? (a misspelt key would leave %s at its default)' % (name, near[0], near[0]))
+    return problems
 
 
 def _as_list(value) -> list:
@@ -121,12 +161,15 @@ def environments(value, problems: list[str]) -> dict[str, dict[str, str]]:
         if not isinstance(variables, dict):
             problems.append('environments.%s: %r is not a mapping of variable names to values' % (name, variables))
             continue
+        bad = False
         for key, val in variables.items():
-            if not ENV_NAME_RE.match(str(key)):
-                problems.append('environments.%s: %r is not an environment variable name' % (name, key))
-            elif isinstance(val, (dict, list)) or val is None:
-                problems.append('environments.%s.%s: %r is not a value' % (name, key, val))
-        out[name] = dict((str(k), str(v)) for k, v in variables.items() if not isinstance(v, (dict, list)) and v is not None)
+            # The relaunch's rules, applied now, before any host is touched; and no loader-control names.
+            problem = variable_problem('environments.%s' % name, key, val, loader=False)
+            if problem:
+                problems.append(problem)
+                bad = True
+        if not bad:
+            out[name] = dict((str(k), value_text(v)) for k, v in variables.items())
     return out or {DEFAULT_ENVIRONMENT: {}}
 
 
@@ -137,9 +180,8 @@ def benchmark_settings(value, problems: list[str]) -> dict:
     if not isinstance(value, dict):
         problems.append('benchmark: %r is not a mapping' % (value,))
         return settings
-    unknown = sorted(set(value) - set(BENCHMARK_KEYS))
-    if unknown:
-        problems.append('benchmark: unknown key(s) %s; use %s' % (', '.join(map(str, unknown)), ', '.join(BENCHMARK_KEYS)))
+    for key in sorted(str(k) for k in value if k not in BENCHMARK_KEYS):
+        problems.append(unknown_key('benchmark.', key, BENCHMARK_KEYS))
     settings.update((k, v) for k, v in value.items() if k in BENCHMARK_KEYS and v is not None)
     for key, minimum in (('input_len', 1), ('output_len', 1), ('num_prompts', 1), ('warmup_requests', 0)):
         settings[key] = _whole('benchmark.%s' % key, settings[key], minimum, problems)
@@ -217,9 +259,8 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         raise GridError(['the grid must be a mapping, got %r' % (grid,)])
     # A key given as null or as an empty string (an extra variable the playbook did not get) is a key not given.
     grid = dict((k, v) for k, v in grid.items() if v is not None and v != '')
-    unknown = sorted(k for k in grid if k not in GRID_KEYS)
-    if unknown:
-        problems.append('unknown grid key(s) %s; the grid takes %s' % (', '.join(unknown), ', '.join(GRID_KEYS)))
+    for key in sorted(str(k) for k in grid if k not in GRID_KEYS):
+        problems.append(unknown_key('', key, GRID_KEYS))
     envs = environments(grid.get('environments'), problems)
     bench = benchmark_settings(grid.get('benchmark'), problems)
     repeats = _whole('repeats', grid.get('repeats', DEFAULT_REPEATS), 1, problems) or DEFAULT_REPEATS
@@ -259,9 +300,8 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         if not isinstance(entry, dict):
             problems.append('points[%d]: %r is not a mapping' % (index, entry))
             continue
-        extra = sorted(set(entry) - {'algorithm', 'steps', 'topk', 'draft_tokens', 'environment'})
-        if extra:
-            problems.append('points[%d]: unknown key(s) %s' % (index, ', '.join(extra)))
+        for key in sorted(str(k) for k in entry if k not in POINT_KEYS):
+            problems.append(unknown_key('points[%d].' % index, key, POINT_KEYS))
         wanted = entry.get('environment')
         if wanted is not None and str(wanted) not in envs:
             problems.append('points[%d].environment: %r is not one of the environment variants %s' % (index, wanted, ', '.join(envs)))
@@ -349,7 +389,11 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
     return [dict((h, dict(id=q[i]['id'], point=q[i]['point'], repeat=q[i]['repeat'])) for h, q in sorted(queues.items()) if i < len(q)) for i in range(length)]
 
 
+FINGERPRINT_KEYS = ('points', 'environments', 'repeats', 'benchmark', 'seed', 'hosts', 'adaptive', 'sglang_version')
+
+
 def fingerprint(plan: dict) -> str:
-    """What makes two runs the same sweep: points, repeats, benchmark, seed, hosts (a resume must match it)."""
-    keep = dict((k, plan[k]) for k in ('points', 'repeats', 'benchmark', 'seed', 'hosts', 'adaptive'))
+    """What makes two runs the same sweep: everything a measurement depends on (a resume must match it): the points,
+    the environment variants' values, repeats, benchmark settings, seed, hosts, adaptive and the SGLang version."""
+    keep = dict((k, plan.get(k)) for k in FINGERPRINT_KEYS)
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]

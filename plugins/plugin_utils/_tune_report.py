@@ -16,25 +16,27 @@ record takes named figures from the modules' results, never their arguments.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
-import json
-import os
 import statistics
-import time
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, draft_count, label
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (  # noqa: F401 (names the action uses)
+    DONE,
+    FLEET,
+    GRID,
+    LEVEL_FIGURES,
+    OWN_FILES,
+    PLAN,
+    PLOT,
+    REPORT,
+    SUMMARY,
+    TRIALS,
+    RunDir,
+    now,
+    read_trials,
+)
 
-TRIALS = 'trials.jsonl'
-PLAN = 'plan.json'
-FLEET = 'fleet.json'
-GRID = 'grid.yml'
-SUMMARY = 'summary.csv'
-REPORT = 'report.md'
-PLOT = 'plot.png'
-LEVEL_FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length')
-DONE = ('ok', 'failed', 'skipped')
 SUMMARY_COLUMNS = (
     'point',
     'algorithm',
@@ -63,53 +65,13 @@ SUMMARY_COLUMNS = (
 )
 
 
-def write_private(path: str, text: str | bytes) -> None:
-    """Replace ``path`` atomically, readable by its owner only (reports name hosts and paths)."""
-    tmp = '%s.tmp.%d' % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, 'wb') as handle:
-        handle.write(text.encode() if isinstance(text, str) else text)
-    os.replace(tmp, path)
+def load_trials(run_dir: RunDir, plan: dict | None = None) -> list[dict]:
+    """Every trial recorded, checked against its schema (and the plan when given)."""
+    return read_trials(run_dir, plan).records
 
 
-def read_json(path: str):
-    try:
-        with open(path, encoding='utf-8') as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return None
-
-
-def append_trial(run_dir: str, record: dict) -> None:
-    """One line in trials.jsonl, whole, whatever other forks append at the same time."""
-    line = (json.dumps(record, sort_keys=True, default=str) + '\n').encode()
-    fd = os.open(os.path.join(run_dir, TRIALS), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
-def load_trials(run_dir: str) -> list[dict]:
-    """Every trial recorded; the last record of a trial wins; a torn last line (a killed run) is ignored."""
-    found: dict[str, dict] = {}
-    try:
-        with open(os.path.join(run_dir, TRIALS), encoding='utf-8') as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and record.get('trial'):
-                    found[record['trial']] = record
-    except FileNotFoundError:
-        return []
-    return list(found.values())
-
-
-def done_trials(run_dir: str) -> set[str]:
-    return set(t['trial'] for t in load_trials(run_dir) if t.get('status') in DONE)
+def done_trials(run_dir: RunDir, plan: dict | None = None) -> set[str]:
+    return set(t['trial'] for t in load_trials(run_dir, plan) if t.get('status') in DONE)
 
 
 # ------------------------------------------------------------------ aggregation
@@ -458,7 +420,7 @@ def _why(fams: dict, concurrency: int) -> list[str]:
     return out
 
 
-def plot_png(path: str, rows: list[dict], concurrency: int, title: str) -> None:
+def plot_png(rows: list[dict], concurrency: int, title: str) -> bytes:
     """tok/s against steps with interval bars, one line per (algorithm, topk, environment), the baseline as a
     horizontal line, the accept length on a second axis. Raises ImportError without matplotlib."""
     import matplotlib  # pylint: disable=import-outside-toplevel
@@ -512,7 +474,7 @@ def plot_png(path: str, rows: list[dict], concurrency: int, title: str) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format='png')
     pyplot.close(figure)
-    write_private(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
 def timing(trials: list[dict]) -> dict:
@@ -553,10 +515,13 @@ def timing(trials: list[dict]) -> dict:
     )
 
 
-def write_all(run_dir: str, plan: dict, title: str | None = None) -> dict:
-    """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints."""
-    trials = load_trials(run_dir)
-    fleet = read_json(os.path.join(run_dir, FLEET)) or {}
+def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
+    """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints.
+
+    The summary and the report come first: without matplotlib (ImportError) they are written, the plot is not.
+    """
+    trials = load_trials(run_dir, plan)
+    fleet = run_dir.read_json(FLEET) or {}
     rows = aggregate(plan, trials)
     decision = decide(plan, rows)
     arithmetic = {}
@@ -567,19 +532,8 @@ def write_all(run_dir: str, plan: dict, title: str | None = None) -> dict:
             for item in fam['arithmetic']:
                 arithmetic[(item['id'], concurrency)] = item
     spent = timing(trials)
-    write_private(os.path.join(run_dir, SUMMARY), summary_csv(rows, decision, arithmetic))
-    write_private(
-        os.path.join(run_dir, REPORT),
-        report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent),
-    )
-    plot_png(
-        os.path.join(run_dir, PLOT),
-        rows,
-        plan['apply_concurrency'],
-        title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed']),
-    )
+    run_dir.write(SUMMARY, summary_csv(rows, decision, arithmetic))
+    run_dir.write(REPORT, report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent))
+    title = title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed'])
+    run_dir.write(PLOT, plot_png(rows, plan['apply_concurrency'], title))
     return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level)
-
-
-def now() -> float:
-    return round(time.time(), 3)

@@ -57,19 +57,50 @@ REFUSED = [
     (dict(steps=[2], algorithm=['MEDUSA']), DRAFT, ["speculative.algorithm: 'MEDUSA' is not a speculative algorithm of SGLang"]),
     (dict(steps=[2], algorithm=['none']), DRAFT, ['the baseline without speculation is always included']),
     (dict(), DRAFT, ['steps: give a list of speculative steps']),
-    (dict(steps=[2], stpes=[3]), DRAFT, ['unknown grid key(s) stpes']),
+    (dict(steps=[2], stpes=[3]), DRAFT, ['stpes: is not a grid key; did you mean steps?']),
+    (dict(steps=[2], extra_args={'--tp': 2}), DRAFT, ['extra_args: is not a grid key: the sweep varies speculative parameters']),
+    (dict(steps=[2], points=[dict(step=3)]), DRAFT, ['points[0].step: is not a grid key; did you mean points[0].steps?']),
     (dict(steps=[2], repeats=0), DRAFT, ['repeats: 0 is out of range; it must be at least 1']),
     (
         dict(steps=[2], benchmark=dict(concurrency=[0, 'x'])),
         DRAFT,
         ['benchmark.concurrency: 0 is out of range', "benchmark.concurrency: 'x' is not a whole number"],
     ),
-    (dict(steps=[2], benchmark=dict(num_prompt=5)), DRAFT, ['benchmark: unknown key(s) num_prompt']),
+    (dict(steps=[2], benchmark=dict(num_prompt=5)), DRAFT, ['benchmark.num_prompt: is not a grid key; did you mean benchmark.num_prompts?']),
     (dict(steps=[2], benchmark=dict(range_ratio=2)), DRAFT, ['benchmark.range_ratio: 2 is out of range']),
     (dict(steps=[2], benchmark=dict(dataset_name='sharegpt')), DRAFT, ["benchmark.dataset_name: 'sharegpt' is not one the sweep runs"]),
     (dict(steps=[2], apply_concurrency=8), DRAFT, ['apply_concurrency: 8 is not one of benchmark.concurrency [1]']),
     (dict(steps=[2], environments={'a b': {}}), DRAFT, ["environments: variant name 'a b' is not a name"]),
-    (dict(steps=[2], environments=dict(x={'1BAD': 'v'})), DRAFT, ["environments.x: '1BAD' is not an environment variable name"]),
+    (dict(steps=[2], environments=dict(x={'1BAD': 'v'})), DRAFT, ["environments.x: '1BAD' is not a valid environment variable name"]),
+    # The relaunch's rules at plan time, and no loader-control names: every bad variant is listed at once.
+    (
+        dict(
+            steps=[2],
+            environments=dict(
+                nl={'NCCL_PROTO': 'LL\nLD_PRELOAD=/tmp/x.so'},
+                nul={'NCCL_ALGO': 'Ring\0'},
+                gpus={'CUDA_VISIBLE_DEVICES': '0'},
+                token={'HF_TOKEN': 'hf_x'},
+                openai={'OPENAI_API_KEY': 'sk-x'},
+                preload={'LD_PRELOAD': '/tmp/evil.so'},
+                path={'PYTHONPATH': '/tmp'},
+                bin={'PATH': '/tmp'},
+                nested={'NCCL_ALGO': ['Ring']},
+            ),
+        ),
+        DRAFT,
+        [
+            'environments.nl.NCCL_PROTO: the value contains a NUL or line break',
+            'environments.nul.NCCL_ALGO: the value contains a NUL or line break',
+            'environments.gpus.CUDA_VISIBLE_DEVICES: is set by the module from the gpus option',
+            'environments.token.HF_TOKEN: looks like a secret',
+            'environments.openai.OPENAI_API_KEY: looks like a secret',
+            'environments.preload.LD_PRELOAD: decides which code the server loads',
+            'environments.path.PYTHONPATH: decides which code the server loads',
+            'environments.bin.PATH: decides which code the server loads',
+            'environments.nested.NCCL_ALGO: the value is not a string (a list)',
+        ],
+    ),
     (dict(steps=[2], points=[dict(steps=3, environment='nope')]), DRAFT, ["points[0].environment: 'nope' is not one of the environment variants default"]),
     (dict(steps=[2], adaptive='maybe'), DRAFT, ["adaptive: 'maybe' is not true or false"]),
 ]
@@ -173,10 +204,33 @@ def test_adaptive_schedule_runs_short_chains_first():
 
 
 def test_fingerprint_changes_with_what_makes_the_sweep():
-    plan = dict(grid.expand(dict(steps=[2]), DRAFT), seed=1, hosts=['a'])
-    other = dict(plan, seed=2)
+    plan = dict(grid.expand(dict(steps=[2], environments=dict(tree=dict(NCCL_ALGO='Tree'))), DRAFT), seed=1, hosts=['a'])
     assert grid.fingerprint(plan) == grid.fingerprint(dict(plan, apply=True))
-    assert grid.fingerprint(plan) != grid.fingerprint(other)
+    assert grid.fingerprint(plan) != grid.fingerprint(dict(plan, seed=2))
+    # Tree and Ring runs must not mix: the variants' values are part of it, not only their names.
+    ring = grid.expand(dict(steps=[2], environments=dict(tree=dict(NCCL_ALGO='Ring'))), DRAFT)
+    assert grid.fingerprint(plan) != grid.fingerprint(dict(plan, environments=ring['environments']))
+
+
+STRAY = [
+    # (extra variables of the run, every problem expected, by a fragment; [] when none is refused)
+    (['repeat'], ['repeat: is not a grid key; did you mean repeats?']),
+    (['stpes', 'topK', 'draft_token'], ['stpes: is not a grid key; did you mean steps?', 'topK: is not a grid key; did you mean topk?', 'draft_tokens?']),
+    (['extra_args'], ['extra_args: is not a grid key: the sweep varies speculative parameters']),
+    (['environment'], ['environment: is not a grid key: the grid takes named variants under environments']),
+    (['apply_concurency', 'rundir'], ['did you mean apply_concurrency?', 'did you mean run_dir?']),
+    # the grid's own keys, the playbook's, the roles' and AWX's are never questioned
+    (list(grid.GRID_KEYS) + list(grid.PLAYBOOK_VARS), []),
+    (['sglang_server_api_key', 'gpu_reset_timeout', 'awx_job_id', 'tower_job_id', 'ansible_user', 'benchmark_input_len', 'batch'], []),
+]
+
+
+@pytest.mark.parametrize('names, problems', STRAY)
+def test_stray_variables_that_look_like_grid_keys_are_refused(names, problems):
+    found = grid.stray_variables(names)
+    assert len(found) == len(problems), found
+    for problem in problems:
+        assert any(problem in text for text in found), (problem, found)
 
 
 GRID_FILES = sorted((Path(__file__).resolve().parents[4] / 'docs' / 'grids').glob('*.yml'))

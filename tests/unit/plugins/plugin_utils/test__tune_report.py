@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir
 
 DRAFT = '/models/eagle-draft'
 
@@ -73,15 +74,31 @@ def measured_trials(curve=None, high=None):
     return out
 
 
+def with_schedule(plan: dict, records: list[dict]) -> dict:
+    """The plan with a schedule that holds exactly these trials on these hosts (records are checked against it)."""
+    rounds: list[dict] = []
+    for record in records:
+        entry = dict(id=record['trial'], point=record['point'], repeat=record['repeat'])
+        spot = next((r for r in rounds if record['host'] not in r), None)
+        if spot is None:
+            spot = {}
+            rounds.append(spot)
+        spot[record['host']] = entry
+    return dict(plan, schedule=rounds)
+
+
 def test_append_and_load_survive_a_torn_line_and_keep_the_last_record(tmp_path):
-    store.append_trial(str(tmp_path), dict(trial='x#1', status='failed'))
-    store.append_trial(str(tmp_path), dict(trial='x#1', status='ok'))
-    with open(tmp_path / store.TRIALS, 'a') as handle:
-        handle.write('{"trial": "y#1", "sta')  # a run killed mid-write
-    assert store.load_trials(str(tmp_path)) == [dict(trial='x#1', status='ok')]
-    assert store.done_trials(str(tmp_path)) == {'x#1'}
+    first = trial('x', 1, 'a', [], status='failed', reason='did not start')
+    with RunDir(str(tmp_path)) as run_dir:
+        run_dir.append_line(store.TRIALS, first)
+        run_dir.append_line(store.TRIALS, dict(first, status='ok', reason=None))
+        with open(tmp_path / store.TRIALS, 'a') as handle:
+            handle.write('{"trial": "y#1", "sta')  # a run killed mid-write
+        assert store.load_trials(run_dir) == [dict(first, status='ok', reason=None)]
+        assert store.done_trials(run_dir) == {'x#1'}
     assert oct(os.stat(tmp_path / store.TRIALS).st_mode & 0o777) == '0o600'
-    assert store.load_trials(str(tmp_path / 'none')) == []
+    (tmp_path / 'none').mkdir(mode=0o700)
+    assert store.load_trials(RunDir(str(tmp_path / 'none'))) == []
 
 
 AGGREGATES = [
@@ -158,19 +175,21 @@ def test_adaptive_skip(tmp_path, curve, steps, skipped):
 
 
 def test_write_all_writes_every_file(tmp_path):
-    plan = make_plan(tmp_path)
-    for record in measured_trials() + [trial('EAGLE-6-1-7@default', 1, 'a', [], status='failed', reason='the server did not start')]:
-        store.append_trial(str(tmp_path), record)
-    store.write_private(str(tmp_path / store.FLEET), json.dumps(dict(hosts=dict(a=dict(gpu_count=1, gpu_name='NVIDIA H200', before_label='EAGLE 2/1/3')))))
+    records = measured_trials() + [trial('EAGLE-6-1-7@default', 1, 'a', [], status='failed', reason='the server did not start')]
+    plan = with_schedule(make_plan(tmp_path), records)
+    run_dir = RunDir(str(tmp_path))
+    for record in records:
+        run_dir.append_line(store.TRIALS, record)
+    run_dir.write(store.FLEET, json.dumps(dict(hosts=dict(a=dict(gpu_count=1, gpu_name='NVIDIA H200', before_label='EAGLE 2/1/3')))))
     try:
         import matplotlib  # noqa: F401  pylint: disable=unused-import
     except ImportError:
         # ansible-test's unit venv may lack it: the report and the CSV come first, then the plot says what it needs.
         with pytest.raises(ImportError):
-            store.write_all(str(tmp_path), plan)
+            store.write_all(run_dir, plan)
         written = None
     else:
-        written = store.write_all(str(tmp_path), plan)
+        written = store.write_all(run_dir, plan)
     rows = list(csv.DictReader(io.StringIO((tmp_path / store.SUMMARY).read_text())))
     assert [tuple(r) for r in rows[:1]] == [store.SUMMARY_COLUMNS]
     assert len(rows) == len(plan['points']) * 2
