@@ -1,8 +1,9 @@
 """The reliability suite: the integration tier's simulated hosts and fixtures, its serving hosts, and its figures.
 
-Tests marked `bad_input` or `fault` are counted; every ansible run's output (and the state directories
-and process command lines looked at) is scanned for the suite's secrets. The closing summary prints
-"bad inputs rejected before any stop N/N, faults survived N/N, secrets found 0"; a secret found fails the run.
+Tests marked `bad_input` or `fault` are counted, per surface (`surface('sweep')` or `surface('router')`; relaunch
+otherwise); every ansible run's output (and the state directories and process command lines looked at) is scanned
+for the suite's secrets. The closing summary prints, per surface, "bad inputs rejected before any stop N/N, faults
+survived N/N", then "secrets found 0"; a secret found fails the run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ COUNTS_KEY = pytest.StashKey[dict]()
 def pytest_configure(config):
     config.addinivalue_line('markers', 'bad_input: a bad input that must be rejected before anything stops')
     config.addinivalue_line('markers', 'fault: a fault the relaunch must survive')
-    config.stash[COUNTS_KEY] = dict(bad_input=[0, 0], fault=[0, 0], secrets=[], outputs=0, failed=[])
+    config.addinivalue_line('markers', 'surface(name): what the case exercises (relaunch unless given: sweep, router)')
+    config.stash[COUNTS_KEY] = dict(surfaces={}, secrets=[], outputs=0, failed=[])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -73,6 +75,24 @@ def _kind(report) -> str | None:
     return None
 
 
+SURFACES = ('relaunch', 'sweep', 'router')
+
+
+def _surface(report) -> str:
+    for name in SURFACES[1:]:
+        if 'surface_%s' % name in report.keywords:
+            return name
+    return SURFACES[0]
+
+
+def pytest_collection_modifyitems(items):
+    """A surface marker becomes a keyword that xdist's reports carry back (markers' arguments do not travel)."""
+    for item in items:
+        marker = item.get_closest_marker('surface')
+        if marker:
+            item.keywords['surface_%s' % marker.args[0]] = True
+
+
 def pytest_runtest_logreport(report):
     """On the controller (xdist forwards every worker's reports here)."""
     counts = _counts
@@ -80,10 +100,11 @@ def pytest_runtest_logreport(report):
         return
     kind = _kind(report)
     if kind and (report.when == 'call' or (report.when == 'setup' and not report.passed)):
-        counts[kind][1] += 1
+        tally = counts['surfaces'].setdefault(_surface(report), dict(bad_input=[0, 0], fault=[0, 0]))
+        tally[kind][1] += 1
         # An xfail (a known bug) is a case the code does not survive yet: it is not counted as passed.
         if report.passed and not hasattr(report, 'wasxfail'):
-            counts[kind][0] += 1
+            tally[kind][0] += 1
         else:
             counts['failed'].append(report.nodeid.split('::', 1)[1])
     if report.when == 'teardown':
@@ -102,15 +123,17 @@ def pytest_sessionstart(session):
     _counts = session.config.stash[COUNTS_KEY]
 
 
-def summary_line(counts: dict) -> str:
-    return 'bad inputs rejected before any stop %d/%d, faults survived %d/%d, secrets found %d (in %d outputs scanned)' % (
-        counts['bad_input'][0],
-        counts['bad_input'][1],
-        counts['fault'][0],
-        counts['fault'][1],
-        len(counts['secrets']),
-        counts['outputs'],
-    )
+def summary_lines(counts: dict) -> list[str]:
+    lines = []
+    for surface in SURFACES:
+        tally = counts['surfaces'].get(surface)
+        if tally:
+            lines.append(
+                '%-8s  bad inputs rejected before any stop %d/%d, faults survived %d/%d'
+                % (surface, tally['bad_input'][0], tally['bad_input'][1], tally['fault'][0], tally['fault'][1])
+            )
+    lines.append('secrets found %d (in %d outputs scanned)' % (len(counts['secrets']), counts['outputs']))
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
@@ -118,7 +141,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: di
         return
     counts = config.stash[COUNTS_KEY]
     terminalreporter.section('reliability')
-    terminalreporter.write_line(summary_line(counts))
+    for line in summary_lines(counts):
+        terminalreporter.write_line(line)
     for name in counts['failed']:
         terminalreporter.write_line('  not survived (yet): %s' % name)
     for hit in counts['secrets']:
