@@ -26,6 +26,7 @@ from ansible.utils.vars import load_extra_vars
 from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     RunDir,
     StoreError,
@@ -44,20 +45,22 @@ ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', '
 SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 
 
+# What a trial's record keeps of each benchmark level, besides the figures.
+LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end')
 # The lines of report.md the playbook prints.
 VERDICT_LINES = ('**Winner**', '**No winner**', 'Winner at', 'It is', 'No speculative point', 'The best point', 'The curve turns', 'Sweep wall time')
 PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
 
 
 def load_plan(run_dir: RunDir) -> dict:
-    plan = run_dir.read_json(store.PLAN)
+    plan = run_dir.read_json(run_files.PLAN)
     if not plan:
-        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir.path, store.PLAN))
+        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir.path, run_files.PLAN))
     missing = [k for k in PLAN_KEYS if not isinstance(plan, dict) or k not in plan]
     if missing or grid_rules.fingerprint(plan) != plan.get('fingerprint'):
         raise AnsibleActionFail(
             'run_dir: %s does not match its own fingerprint (%s); it was changed by something other than the sweep: give a new run_dir'
-            % (run_dir.file(store.PLAN), 'missing %s' % ', '.join(missing) if missing else 'the plan was edited')
+            % (run_dir.file(run_files.PLAN), 'missing %s' % ', '.join(missing) if missing else 'the plan was edited')
         )
     return plan
 
@@ -82,7 +85,7 @@ def reproduce_command(inventory: list[str], run_dir: str) -> str:
     words = ['ansible-playbook', 'gpufleet.sglang.tune']
     for source in inventory:
         words += ['-i', source]
-    words += ['-e', '@%s' % os.path.join(run_dir, store.GRID), '-e', 'run_dir=%s-again' % run_dir.rstrip('/')]
+    words += ['-e', '@%s' % os.path.join(run_dir, run_files.GRID), '-e', 'run_dir=%s-again' % run_dir.rstrip('/')]
     return ' '.join(shlex.quote(w) for w in words)
 
 
@@ -150,9 +153,9 @@ class ActionModule(ActionBase):
         if stray:
             raise AnsibleActionFail(str(grid_rules.GridError(stray)))
         entries = run_dir.audit() if run_dir.exists else []
-        previous = load_plan(run_dir) if store.PLAN in entries else None
+        previous = load_plan(run_dir) if run_files.PLAN in entries else None
         # Besides the sweep's own files, only the temporary files of an interrupted write may be there.
-        strangers = sorted(n for n in set(entries) - set(store.OWN_FILES) - {'.lock'} if not (n.startswith('.') and n.endswith('.tmp')))
+        strangers = sorted(n for n in set(entries) - set(run_files.OWN_FILES) - {'.lock'} if not (n.startswith('.') and n.endswith('.tmp')))
         if previous is None and strangers:
             raise AnsibleActionFail(
                 'run_dir: %s is not empty (%s) and holds no plan of a sweep; give a new or an empty directory' % (run_dir.path, ', '.join(strangers[:5]))
@@ -179,8 +182,8 @@ class ActionModule(ActionBase):
         if resumed:
             # Every record checked before any host is touched; a torn last line (a killed run) dropped and said.
             trials_read = read_trials(run_dir, previous)
-            done = set(t['trial'] for t in trials_read.records if t.get('status') in store.DONE)
-            note = trials_read.note(run_dir.file(store.TRIALS))
+            done = set(t['trial'] for t in trials_read.records if t.get('status') in run_files.DONE)
+            note = trials_read.note(run_dir.file(run_files.TRIALS))
             if note:
                 notes.append(note)
         if not self._task.check_mode:
@@ -192,8 +195,8 @@ class ActionModule(ActionBase):
                 notes.append('run_dir: %s' % taken)
             if resumed:
                 drop_torn(run_dir, trials_read)
-            run_dir.write(store.PLAN, json.dumps(plan, indent=1, sort_keys=True))
-            run_dir.write(store.GRID, grid_yaml(params['grid'], plan))
+            run_dir.write(run_files.PLAN, json.dumps(plan, indent=1, sort_keys=True))
+            run_dir.write(run_files.GRID, grid_yaml(params['grid'], plan))
         for note in notes:
             display.warning(note)
         trials = sum(len(r) for r in plan['schedule'])
@@ -246,9 +249,9 @@ class ActionModule(ActionBase):
                 'the hosts of a sweep must be alike (GPU model and count, model and draft model path, tensor parallel size, SGLang version, one '
                 'instance each), so that a slow host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
             )
-        recorded = run_dir.read_json(store.FLEET)
+        recorded = run_dir.read_json(run_files.FLEET)
         if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get('hosts'), dict)):
-            raise AnsibleActionFail('%s is not a record of the fleet the sweep wrote; give a new run_dir' % run_dir.file(store.FLEET))
+            raise AnsibleActionFail('%s is not a record of the fleet the sweep wrote; give a new run_dir' % run_dir.file(run_files.FLEET))
         if recorded is not None:
             # A resumed sweep measures the fleet it began on, or its figures would mix two fleets.
             moved = []
@@ -268,9 +271,9 @@ class ActionModule(ActionBase):
                     % (run_dir.path, '\n  - '.join(moved))
                 )
         if recorded is None:
-            recorded = dict(hosts=facts, recorded_at=store.now())
+            recorded = dict(hosts=facts, recorded_at=run_files.now())
             if not self._task.check_mode:
-                run_dir.write(store.FLEET, json.dumps(recorded, indent=1, sort_keys=True))
+                run_dir.write(run_files.FLEET, json.dumps(recorded, indent=1, sort_keys=True))
         # A resumed sweep restores what ran before its first run, not what an interrupted run left behind.
         before = dict((h, recorded['hosts'].get(h, facts[h]).get('before')) for h in names)
         return dict(before=before, msg=['%s: %s' % (h, facts[h].get('before_label')) for h in names])
@@ -278,13 +281,13 @@ class ActionModule(ActionBase):
     # -------------------------------------------------------------- next
 
     def op_next(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
-        if self._task.check_mode and run_dir.read(store.PLAN) is None:
+        if self._task.check_mode and run_dir.read(run_files.PLAN) is None:
             # --check planned without writing: there is nothing to hand out.
-            return dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=store.now()), reason='check mode')
+            return dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=run_files.now()), reason='check mode')
         plan = load_plan(run_dir)
         host = params['host'] or task_vars.get('inventory_hostname')
         number = params['round']
-        idle = dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=store.now()))
+        idle = dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=run_files.now()))
         if number is None or not 0 <= number < len(plan['schedule']):
             raise AnsibleActionFail('round: %r is not a round of this sweep (0 to %d)' % (number, len(plan['schedule']) - 1))
         entry = plan['schedule'][number].get(host)
@@ -294,14 +297,14 @@ class ActionModule(ActionBase):
         point = points[entry['point']]
         trial = dict(entry, round=number, host=host, label=grid_rules.label(point), environment_name=point['environment'])
         recorded = store.load_trials(run_dir, plan)
-        if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in store.DONE):
+        if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in run_files.DONE):
             return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
         if plan['adaptive']:
             why = store.adaptive_skip(plan, recorded, point)
             if why:
                 if not self._task.check_mode:
                     run_dir.append_line(
-                        store.TRIALS,
+                        run_files.TRIALS,
                         dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why),
                     )
                 display.display('skipped %s on %s: %s' % (trial['label'], host, why))
@@ -311,7 +314,7 @@ class ActionModule(ActionBase):
             trial=trial,
             speculative=speculative_of(point),
             environment=plan['environments'][point['environment']],
-            span=dict(start=store.now()),
+            span=dict(start=run_files.now()),
             reason=None,
         )
 
@@ -329,7 +332,7 @@ class ActionModule(ActionBase):
             repeat=trial['repeat'],
             round=trial['round'],
             host=trial['host'],
-            span=dict(start=(params.get('trial') or {}).get('span_start') or store.now(), end=store.now()),
+            span=dict(start=(params.get('trial') or {}).get('span_start') or run_files.now(), end=run_files.now()),
         )
         instance = (launch.get('instances') or [{}])[0] if isinstance(launch.get('instances'), list) else {}
         record['launch'] = dict(
@@ -342,9 +345,7 @@ class ActionModule(ActionBase):
         )
         levels = []
         for level in bench.get('levels') or []:
-            levels.append(
-                dict((k, level.get(k)) for k in ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end') + store.LEVEL_FIGURES)
-            )
+            levels.append(dict((k, level.get(k)) for k in LEVEL_KEYS + run_files.LEVEL_FIGURES))
         record['levels'] = levels
         record['benchmark_window'] = bench.get('window')
         reason = None
@@ -363,7 +364,7 @@ class ActionModule(ActionBase):
         if problems:
             raise AnsibleActionFail('trial %s: the results give no valid record (%s)' % (trial['id'], '; '.join(problems)))
         if not self._task.check_mode:
-            run_dir.append_line(store.TRIALS, record)
+            run_dir.append_line(run_files.TRIALS, record)
         first = next((lv for lv in levels if lv.get('measured')), None)
         line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % clip(reason, 200) if reason else '')
         if not reason and first:
@@ -397,13 +398,13 @@ class ActionModule(ActionBase):
             )
             for c, ch in decision['per_level'].items()
         )
-        files = dict((name, run_dir.file(name)) for name in (store.TRIALS, store.SUMMARY, store.REPORT, store.PLOT))
+        files = dict((name, run_dir.file(name)) for name in (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT))
         lines = []
-        for text in (run_dir.read(store.REPORT) or '').splitlines():
+        for text in (run_dir.read(run_files.REPORT) or '').splitlines():
             if text.startswith(VERDICT_LINES):
                 lines.append(text.replace('**', ''))
-        lines += ['report: %s' % files[store.REPORT], 'plot: %s' % files[store.PLOT]]
-        counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in store.DONE)
+        lines += ['report: %s' % files[run_files.REPORT], 'plot: %s' % files[run_files.PLOT]]
+        counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in run_files.DONE)
         return dict(
             winner=None
             if winner is None

@@ -21,19 +21,14 @@ import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, draft_count, label
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (  # noqa: F401 (names the action uses)
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
-    GRID,
     LEVEL_FIGURES,
-    OWN_FILES,
-    PLAN,
     PLOT,
     REPORT,
     SUMMARY,
-    TRIALS,
     RunDir,
-    now,
     read_trials,
 )
 

@@ -415,9 +415,15 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
             problems.append('%s.measured is %r, not true or false' % (where, level.get('measured')))
         if plan and not problems and level.get('measured'):
             # The client's own arithmetic: output tok/s x duration is at most what the completed requests could produce.
-            tok_s, duration, completed = level.get('output_throughput'), level.get('duration'), level.get('completed')
-            output_len = (plan.get('benchmark') or {}).get('output_len')
-            if None not in (tok_s, duration, completed, output_len) and tok_s * duration > completed * output_len * THROUGHPUT_SLACK + 1:
+            figures = [level.get('output_throughput'), level.get('duration'), level.get('completed'), (plan.get('benchmark') or {}).get('output_len')]
+            tok_s, duration, completed, output_len = [float(v) if isinstance(v, (int, float)) else None for v in figures]
+            if (
+                tok_s is not None
+                and duration is not None
+                and completed is not None
+                and output_len is not None
+                and (tok_s * duration > completed * output_len * THROUGHPUT_SLACK + 1)
+            ):
                 problems.append(
                     '%s: %.1f tok/s for %.1f s is more than %d requests of at most %d output tokens could produce'
                     % (where, tok_s, duration, completed, output_len)

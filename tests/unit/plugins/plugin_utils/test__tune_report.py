@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir
 
 DRAFT = '/models/eagle-draft'
@@ -90,13 +91,13 @@ def with_schedule(plan: dict, records: list[dict]) -> dict:
 def test_append_and_load_survive_a_torn_line_and_keep_the_last_record(tmp_path):
     first = trial('x', 1, 'a', [], status='failed', reason='did not start')
     with RunDir(str(tmp_path)) as run_dir:
-        run_dir.append_line(store.TRIALS, first)
-        run_dir.append_line(store.TRIALS, dict(first, status='ok', reason=None))
-        with open(tmp_path / store.TRIALS, 'a') as handle:
+        run_dir.append_line(files.TRIALS, first)
+        run_dir.append_line(files.TRIALS, dict(first, status='ok', reason=None))
+        with open(tmp_path / files.TRIALS, 'a') as handle:
             handle.write('{"trial": "y#1", "sta')  # a run killed mid-write
         assert store.load_trials(run_dir) == [dict(first, status='ok', reason=None)]
         assert store.done_trials(run_dir) == {'x#1'}
-    assert oct(os.stat(tmp_path / store.TRIALS).st_mode & 0o777) == '0o600'
+    assert oct(os.stat(tmp_path / files.TRIALS).st_mode & 0o777) == '0o600'
     (tmp_path / 'none').mkdir(mode=0o700)
     assert store.load_trials(RunDir(str(tmp_path / 'none'))) == []
 
@@ -179,8 +180,8 @@ def test_write_all_writes_every_file(tmp_path):
     plan = with_schedule(make_plan(tmp_path), records)
     run_dir = RunDir(str(tmp_path))
     for record in records:
-        run_dir.append_line(store.TRIALS, record)
-    run_dir.write(store.FLEET, json.dumps(dict(hosts=dict(a=dict(gpu_count=1, gpu_name='NVIDIA H200', before_label='EAGLE 2/1/3')))))
+        run_dir.append_line(files.TRIALS, record)
+    run_dir.write(files.FLEET, json.dumps(dict(hosts=dict(a=dict(gpu_count=1, gpu_name='NVIDIA H200', before_label='EAGLE 2/1/3')))))
     try:
         import matplotlib  # noqa: F401  pylint: disable=unused-import
     except ImportError:
@@ -190,13 +191,13 @@ def test_write_all_writes_every_file(tmp_path):
         written = None
     else:
         written = store.write_all(run_dir, plan)
-    rows = list(csv.DictReader(io.StringIO((tmp_path / store.SUMMARY).read_text())))
+    rows = list(csv.DictReader(io.StringIO((tmp_path / files.SUMMARY).read_text())))
     assert [tuple(r) for r in rows[:1]] == [store.SUMMARY_COLUMNS]
     assert len(rows) == len(plan['points']) * 2
     assert [r['point'] for r in rows if r['winner'] == 'yes'] == ['EAGLE-2-1-3@default', 'EAGLE-2-1-3@default']
     dead = [r for r in rows if r['point'] == 'EAGLE-6-1-7@default']
     assert all(r['trials_failed'] == '1' and r['median_tok_s'] == '-' for r in dead)
-    report = (tmp_path / store.REPORT).read_text()
+    report = (tmp_path / files.REPORT).read_text()
     for text in (
         'seed **3**',
         '**Winner** at concurrency 1',
@@ -210,7 +211,7 @@ def test_write_all_writes_every_file(tmp_path):
     ):
         assert text in report, text
     if written is not None:
-        png = (tmp_path / store.PLOT).read_bytes()
+        png = (tmp_path / files.PLOT).read_bytes()
         assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10000
         assert written['timing']['max_parallel'] == 4 and written['timing']['trials'] == 13
 
