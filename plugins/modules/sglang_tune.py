@@ -33,9 +33,9 @@ description:
     owned by the controller's user, is writable by its group or by others, or lies below a directory that someone
     other than root and that user owns, or that others can write without the sticky bit. Its files are opened
     without following links and replaced by renaming a fresh temporary file. The V(plan) of a sweep takes the run
-    directory for its C(ansible-playbook) (C(sweep.lock): pid, user, host): a second sweep on it is refused naming the
-    holder, and the lock of a sweep that is no longer running is taken over.
-  - Every record of C(trials.jsonl) is checked against its schema and the plan when it is read: a torn last line (an
+    directory for its C(ansible-playbook) in C(sweep.lock) (pid, user, host); a second sweep on it is refused naming
+    the holder, and the lock of a sweep that is no longer running is taken over.
+  - Every record of C(trials.jsonl) is checked against its schema and the plan when it is read. A torn last line (an
     interrupted run) is dropped and said, and any other bad line fails the task naming the file and the line.
   - Extra variables that look like a misspelt grid key (C(repeat) for C(repeats)) are refused with the key suggested,
     as are grid keys that belong elsewhere (C(extra_args)); environment variants are held to M(gpufleet.sglang.sglang_launch)'s
