@@ -18,12 +18,12 @@ import random
 import shlex
 import time
 
-from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _extra_vars as extra_vars
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
@@ -141,11 +141,7 @@ class ActionModule(ActionBase):
         if not hosts:
             raise AnsibleActionFail('hosts: the sweep needs at least one host')
         drafts = set(v for v in params['draft_model_paths'].values() if v)
-        try:
-            extra_vars = load_extra_vars(self._loader)
-        except AnsibleError:
-            extra_vars = {}
-        stray = grid_rules.stray_variables(extra_vars)
+        stray = grid_rules.stray_variables(extra_vars.names(self._loader))
         try:
             expanded = grid_rules.expand(params['grid'], sorted(drafts)[0] if drafts else None)
         except grid_rules.GridError as exc:

@@ -30,6 +30,7 @@ import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._extra_vars import look_alikes
 
 GRID_KEYS = (
     'algorithm',
@@ -80,26 +81,29 @@ def unknown_key(prefix: str, key: str, known) -> str:
 
 
 # Extra variables of tune.yml (and of its AWX job's survey) that are not grid keys.
-PLAYBOOK_VARS = ('target', 'batch', 'restore_only', 'max_fail_percentage', 'draft_model', 'tune_environments', 'tune_points')
+PLAYBOOK_VARS = (
+    'target',
+    'batch',
+    'restore_only',
+    'max_fail_percentage',
+    'draft_model',
+    'tune_environments',
+    'tune_points',
+    'benchmark_input_len',
+    'benchmark_output_len',
+    'benchmark_num_prompts',
+    'benchmark_concurrency',
+    'benchmark_warmup_requests',
+)
 
 
 def stray_variables(names) -> list[str]:
-    """Extra variables (``-e``, ``-e @grid.yml``) that look like a misspelt grid key: refused, the key suggested.
-
-    The grid's keys are the playbook's extra variables, so a typo (``repeat: 10``) would otherwise be a variable no
-    one reads and the sweep would run with the default. Variables of the collection's roles (``sglang_*``,
-    ``gpu_*``), Ansible's and AWX's own, and the playbook's are never questioned.
-    """
-    problems = []
-    for name in sorted(str(n) for n in names):
-        if name in GRID_KEYS or name in PLAYBOOK_VARS or name.startswith(('sglang_', 'gpu_', 'ansible_', 'awx_', 'tower_', '_')):
-            continue
-        if name in ELSEWHERE:
-            problems.append(unknown_key('', name, GRID_KEYS))
-            continue
-        near = difflib.get_close_matches(name, GRID_KEYS, n=1, cutoff=0.75)
-        if near:
-            problems.append('%s: is not a grid key; did you mean %s? (a misspelt key would leave %s at its default)' % (name, near[0], near[0]))
+    """Extra variables (``-e``, ``-e @grid.yml``) that look like a misspelt grid key, or a key that belongs elsewhere:
+    refused, the key suggested (the grid's keys are the playbook's extra variables, so ``repeat: 10`` would otherwise
+    leave ``repeats`` at its default)."""
+    problems = [unknown_key('', name, GRID_KEYS) for name in sorted(str(n) for n in names) if name in ELSEWHERE]
+    for name, near in look_alikes(set(names) - set(ELSEWHERE), GRID_KEYS, PLAYBOOK_VARS):
+        problems.append('%s: is not a grid key; did you mean %s? (a misspelt key would leave %s at its default)' % (name, near, near))
     return problems
 
 

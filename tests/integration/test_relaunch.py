@@ -178,6 +178,20 @@ def test_check_mode_shows_what_would_be_relaunched_and_touches_nothing(fleet):
     assert all(steps_running(v) == 2 for v in fleet['vars'].values())
 
 
+def test_extra_variables_that_look_like_misspelt_parameters_are_named_before_anything_changes(fleet):
+    # SGLang's own name, a spelling slip, the start of two parameters' names, a name that starts a parameter's.
+    typos = ('num_steps=3', 'stpes=3', 'draft=/models/d', 'batch_size=2')
+    extra = [w for t in typos for w in ('-e', t)]
+    out = run(fleet['inventory'], 'relaunch.yml', '--check', '-e', 'steps=3', '-e', 'sglang_server_port=30000', *extra, *BATCH)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+    said = ' '.join(' '.join(warnings(out)).split())
+    for name, near in (('num_steps', 'steps'), ('stpes', 'steps'), ('draft', 'draft_model or draft_tokens'), ('batch_size', 'batch')):
+        assert '-e %s: the playbook has no parameter %s; did you mean %s?' % (name, name, near) in said, said
+    # The parameters themselves, and the roles' variables, are never questioned.
+    assert 'parameter steps;' not in said and 'sglang_server_port' not in said
+    assert not any(server_pid(v) for v in fleet['vars'].values())
+
+
 def test_an_unchanged_relaunch_is_a_fast_path_without_generation(fleet):
     before = start(fleet)
     out = run(fleet['inventory'], 'relaunch.yml', *BATCH)
