@@ -48,7 +48,17 @@ SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 # What a trial's record keeps of each benchmark level, besides the figures.
 LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end')
 # The lines of report.md the playbook prints.
-VERDICT_LINES = ('**Winner**', '**No winner**', 'Winner at', 'It is', 'No speculative point', 'The best point', 'The curve turns', 'Sweep wall time')
+VERDICT_LINES = (
+    '**Winner**',
+    '**No winner**',
+    'Winner at',
+    'It is',
+    'It **cannot',
+    'No speculative point',
+    'The best point',
+    'The curve turns',
+    'Sweep wall time',
+)
 PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
 
 
@@ -399,6 +409,16 @@ class ActionModule(ActionBase):
         for text in (run_dir.read(run_files.REPORT) or '').splitlines():
             if text.startswith(VERDICT_LINES):
                 lines.append(text.replace('**', ''))
+        refused = decision['apply_refused']
+        applying = bool(plan['apply']) and winner is not None and (refused is None or bool(plan.get('apply_force')))
+        if plan['apply'] and winner is not None:
+            if refused is None:
+                lines.append('apply: the winner, %s, is applied' % winner['label'])
+            elif plan.get('apply_force'):
+                lines.append('apply=force: %s is applied although %s' % (winner['label'], refused))
+                display.warning('apply=force: %s is applied although %s' % (winner['label'], refused))
+            else:
+                lines.append('apply: nothing is applied, because %s; each host gets back what it ran (-e apply=force applies it anyway)' % refused)
         lines += ['report: %s' % files[run_files.REPORT], 'plot: %s' % files[run_files.PLOT]]
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in run_files.DONE)
         return dict(
@@ -411,10 +431,12 @@ class ActionModule(ActionBase):
                 environment_name=winner['point']['environment'],
                 environment=plan['environments'][winner['point']['environment']],
                 median=round(winner['stats']['median'], 2),
-                ci_low=round(winner['stats']['ci_low'], 2),
-                ci_high=round(winner['stats']['ci_high'], 2),
+                ci_low=None if winner['stats']['ci_low'] is None else round(winner['stats']['ci_low'], 2),
+                ci_high=None if winner['stats']['ci_high'] is None else round(winner['stats']['ci_high'], 2),
             ),
             winners=per_level,
+            apply=applying,
+            apply_refused=refused,
             apply_concurrency=decision['apply_concurrency'],
             trials=counts,
             timing=written['timing'],

@@ -271,7 +271,9 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     seed = grid.get('seed')
     seed = None if seed in (None, '') else _whole('seed', seed, 0, problems)
     adaptive = _truth('adaptive', grid.get('adaptive', False), problems)
-    apply = _truth('apply', grid.get('apply', False), problems)
+    # apply=force applies a winner that the measurements cannot tell from the baseline, loudly.
+    apply_force = isinstance(grid.get('apply'), str) and grid['apply'].strip().lower() == 'force'
+    apply = True if apply_force else _truth('apply', grid.get('apply', False), problems)
     apply_concurrency = grid.get('apply_concurrency')
     if apply_concurrency in (None, ''):
         apply_concurrency = bench['concurrency'][0] if bench['concurrency'] else None
@@ -351,6 +353,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         seed=seed,
         adaptive=adaptive,
         apply=apply,
+        apply_force=apply_force,
         apply_concurrency=apply_concurrency,
     )
 

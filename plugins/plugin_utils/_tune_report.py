@@ -178,13 +178,32 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     )
 
 
+def apply_gate(choice: dict) -> str | None:
+    """Why the winner of the level apply uses may not be applied (None: it may): it must be told from the baseline
+    without speculation (or, when it is the baseline, from the runner-up), by intervals of enough runs."""
+    winner = choice.get('winner')
+    if not winner:
+        return 'there is no winner'
+    if winner['point']['algorithm']:
+        other, told = choice.get('baseline'), choice.get('distinct_from_baseline')
+        what = 'the baseline without speculation'
+    else:
+        other, told = choice.get('runner_up'), choice.get('distinct_from_runner_up')
+        what = 'the runner-up, %s' % (choice.get('runner_up') or {}).get('label')
+    if other is None or told:
+        return None
+    if told is None:
+        return '%s cannot be told from %s: too few runs for an interval (%d are needed)' % (winner['label'], what, stats.MIN_FOR_INTERVAL)
+    return '%s is not distinguishable from %s (their intervals overlap)' % (winner['label'], what)
+
+
 def decide(plan: dict, rows: list[dict]) -> dict:
     """Winners per concurrency level and the one apply uses."""
     per_level = {}
     for concurrency in plan['benchmark']['concurrency']:
         per_level[concurrency] = stats.choose([r for r in rows if r['concurrency'] == concurrency])
     applied = per_level.get(plan['apply_concurrency']) or {}
-    return dict(per_level=per_level, apply=applied.get('winner'), apply_concurrency=plan['apply_concurrency'])
+    return dict(per_level=per_level, apply=applied.get('winner'), apply_concurrency=plan['apply_concurrency'], apply_refused=apply_gate(applied))
 
 
 # ------------------------------------------------------------------ writers
@@ -238,7 +257,21 @@ def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
 
 
 def _interval(st: dict) -> str:
-    return '[%.1f, %.1f]' % (st['ci_low'], st['ci_high']) if st else '-'
+    if not st:
+        return '-'
+    if st.get('ci_low') is None:
+        return 'none (%d run%s; %d needed)' % (st['n'], '' if st['n'] == 1 else 's', stats.MIN_FOR_INTERVAL)
+    return '[%.1f, %.1f]' % (st['ci_low'], st['ci_high'])
+
+
+def _cannot_tell(what: str, a: dict, b: dict) -> str:
+    fewest = min(a['stats']['n'], b['stats']['n'])
+    return 'It **cannot be told** from %s: %d run%s of a point give no interval (%d are needed); more repeats would tell.' % (
+        what,
+        fewest,
+        '' if fewest == 1 else 's',
+        stats.MIN_FOR_INTERVAL,
+    )
 
 
 def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict) -> str:
@@ -351,10 +384,18 @@ def _verdict(choice: dict, concurrency: int) -> list[str]:
     winner = choice.get('winner')
     if not winner:
         return ['Nothing was measured at this concurrency.']
-    out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f tok/s.' % (concurrency, winner['label'], winner['stats']['ci_low'])]
+    if winner['stats'].get('ci_low') is None:
+        out = [
+            'Winner at concurrency %d: **%s**, the best median, %.1f tok/s (too few runs for an interval).'
+            % (concurrency, winner['label'], winner['stats']['median'])
+        ]
+    else:
+        out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f tok/s.' % (concurrency, winner['label'], winner['stats']['ci_low'])]
     runner = choice.get('runner_up')
     if runner is not None:
-        if choice['distinct_from_runner_up']:
+        if choice['distinct_from_runner_up'] is None:
+            out.append(_cannot_tell('the runner-up, %s' % runner['label'], winner, runner))
+        elif choice['distinct_from_runner_up']:
             out.append('It is distinguishable from the runner-up, %s (intervals do not overlap).' % runner['label'])
         else:
             out.append(
@@ -363,7 +404,9 @@ def _verdict(choice: dict, concurrency: int) -> list[str]:
             )
     baseline = choice.get('baseline')
     if baseline is not None and baseline is not runner:
-        if choice['distinct_from_baseline']:
+        if choice['distinct_from_baseline'] is None:
+            out.append(_cannot_tell('the baseline without speculation', winner, baseline))
+        elif choice['distinct_from_baseline']:
             out.append('It is distinguishable from the baseline (%s, %.1f tok/s).' % (_interval(baseline['stats']), baseline['stats']['median']))
         else:
             out.append('It is **not distinguishable** from the baseline without speculation (%s).' % _interval(baseline['stats']))
@@ -437,8 +480,9 @@ def plot_png(rows: list[dict], concurrency: int, title: str) -> bytes:
         colour = colours[index % len(colours)]
         xs = [r['steps'] for r in members]
         ys = [r['stats']['median'] for r in members]
-        below = [r['stats']['median'] - r['stats']['ci_low'] for r in members]
-        above = [r['stats']['ci_high'] - r['stats']['median'] for r in members]
+        # A point with too few runs for an interval is drawn without a bar.
+        below = [r['stats']['median'] - r['stats']['ci_low'] if r['stats'].get('ci_low') is not None else 0.0 for r in members]
+        above = [r['stats']['ci_high'] - r['stats']['median'] if r['stats'].get('ci_high') is not None else 0.0 for r in members]
         name = '%s topk %s%s' % (key[0], key[1], '' if key[2] == DEFAULT_ENVIRONMENT else ' %s' % key[2])
         axis.errorbar(xs, ys, yerr=[below, above], marker='o', capsize=4, color=colour, label='%s tok/s' % name)
         accept = [(r['steps'], r['accept_length']) for r in members if r.get('accept_length')]

@@ -52,27 +52,51 @@ def bootstrap_interval(values: Sequence[float], seed: int, resamples: int = BOOT
     return quantile(medians, tail), quantile(medians, 1.0 - tail)
 
 
+# Fewer measurements than this give no interval: the bootstrap of one or two values is their range, which says
+# nothing about the spread of the next run ("95% interval [91.5, 91.5]" from one run is no interval).
+MIN_FOR_INTERVAL = 3
+
+
 def summarize(values: Sequence[float], seed: int) -> dict:
-    """median, q1, q3, iqr, ci_low, ci_high, n of ``values`` (an empty dict when there are none)."""
+    """median, q1, q3, iqr, ci_low, ci_high, n of ``values`` (an empty dict when there are none); ci_low and ci_high
+    are None with fewer than MIN_FOR_INTERVAL values."""
     if not values:
         return {}
-    low, high = bootstrap_interval(list(values), seed)
+    low: float | None = None
+    high: float | None = None
+    if len(values) >= MIN_FOR_INTERVAL:
+        low, high = bootstrap_interval(list(values), seed)
     q1, q3 = quantile(values, 0.25), quantile(values, 0.75)
     return dict(n=len(values), median=statistics.median(values), q1=q1, q3=q3, iqr=q3 - q1, ci_low=low, ci_high=high)
+
+
+def bound(stats: dict) -> float:
+    """What a point is ranked by: the lower bound of its interval, or its median when it has too few runs for one."""
+    return stats['ci_low'] if stats.get('ci_low') is not None else stats['median']
 
 
 def rank(rows: list[dict]) -> list[dict]:
     """Rows (each with ``stats`` and ``draft_tokens``) that have measurements, best first.
 
-    Best lower bound of the interval first; equal lower bounds go to fewer draft tokens, then to the better median.
+    Best lower bound of the interval first (the median of a point with too few runs for an interval); equal bounds go
+    to fewer draft tokens, then to the better median.
     """
     measured = [r for r in rows if r.get('stats')]
-    return sorted(measured, key=lambda r: (-round(r['stats']['ci_low'], 6), r['draft_tokens'], -r['stats']['median']))
+    return sorted(measured, key=lambda r: (-round(bound(r['stats']), 6), r['draft_tokens'], -r['stats']['median']))
 
 
-def overlaps(a: dict, b: dict) -> bool:
-    """Whether two intervals overlap: the measurements cannot tell the two points apart."""
+def overlaps(a: dict, b: dict) -> bool | None:
+    """Whether two intervals overlap (the measurements cannot tell the two points apart); None when either point has
+    too few runs for an interval: then nothing can be told."""
+    if a.get('ci_low') is None or b.get('ci_low') is None:
+        return None
     return a['ci_low'] <= b['ci_high'] and b['ci_low'] <= a['ci_high']
+
+
+def distinct(a: dict, b: dict) -> bool | None:
+    """True when the intervals do not overlap, False when they do, None when it cannot be told."""
+    found = overlaps(a, b)
+    return None if found is None else not found
 
 
 def choose(rows: list[dict]) -> dict:
@@ -89,8 +113,8 @@ def choose(rows: list[dict]) -> dict:
         runner_up=runner,
         baseline=baseline,
         ranked=ranked,
-        distinct_from_runner_up=None if runner is None else not overlaps(winner['stats'], runner['stats']),
-        distinct_from_baseline=None if baseline is None else not overlaps(winner['stats'], baseline['stats']),
+        distinct_from_runner_up=None if runner is None else distinct(winner['stats'], runner['stats']),
+        distinct_from_baseline=None if baseline is None else distinct(winner['stats'], baseline['stats']),
     )
 
 

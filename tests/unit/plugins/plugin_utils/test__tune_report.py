@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir
 
@@ -244,3 +245,46 @@ CLIPS = [
 @pytest.mark.parametrize('text, limit, expected', CLIPS)
 def test_clip(text, limit, expected):
     assert action.clip(text, limit) == expected
+
+
+def test_one_run_per_point_gives_no_interval_and_tells_nothing(tmp_path):
+    """repeats 1: the report prints no interval and never calls two points distinguishable."""
+    records = [r for r in measured_trials() if r['repeat'] == 1]
+    plan = with_schedule(make_plan(tmp_path, repeats=1), records)
+    run_dir = RunDir(str(tmp_path))
+    for record in records:
+        run_dir.append_line(files.TRIALS, record)
+    try:
+        store.write_all(run_dir, plan)
+    except ImportError:
+        pass  # the report comes before the plot
+    report = (tmp_path / files.REPORT).read_text()
+    assert 'none (1 run; 3 needed)' in report
+    assert 'It **cannot be told** from the runner-up' in report and 'from the baseline without speculation' in report
+    assert 'distinguishable' not in report.replace('not distinguishable', '')
+    assert '[%s' % records[0]['levels'][0]['output_throughput'] not in report
+
+
+def _choice_rows(values: dict) -> list[dict]:
+    rows = []
+    for name, runs in values.items():
+        point = dict(algorithm=None if name == 'base' else 'EAGLE', environment='default')
+        rows.append(dict(id=name, label=name, point=point, draft_tokens=0 if name == 'base' else 3, stats=stats.summarize(runs, 1)))
+    return rows
+
+
+GATES = [
+    # (tok/s runs per point, why apply is refused: None when it may apply)
+    (dict(base=[90, 90, 90], s2=[99, 100, 101]), None),
+    (dict(base=[88, 91, 94], s2=[89, 92, 95]), 's2 is not distinguishable from the baseline without speculation (their intervals overlap)'),
+    (dict(base=[90.7], s2=[91.5]), 's2 cannot be told from the baseline without speculation: too few runs for an interval (3 are needed)'),
+    # the baseline wins: it must be told from the runner-up
+    (dict(base=[99, 100, 101], s2=[90, 90, 90]), None),
+    (dict(base=[92, 93, 94], s2=[91, 92, 93]), 'base is not distinguishable from the runner-up, s2 (their intervals overlap)'),
+    (dict(), 'there is no winner'),
+]
+
+
+@pytest.mark.parametrize('values, refused', GATES)
+def test_apply_needs_a_winner_told_from_the_baseline(values, refused):
+    assert store.apply_gate(stats.choose(_choice_rows(values))) == refused
