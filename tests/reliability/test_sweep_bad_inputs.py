@@ -40,11 +40,16 @@ def private_dir(path: Path) -> Path:
 @pytest.fixture(scope='module')
 def swept(serving, tmp_path_factory) -> Path:  # pylint: disable=unused-argument
     """The run directory of one real sweep of the serving host (a point and the baseline, once each): the cases that
-    tamper with a run directory start from a copy of it. The sweep gives the server back its parameters at the end."""
+    tamper with a run directory start from a copy of it. Asked to apply, one run per point tells nothing, so the sweep
+    applies nothing and gives the server back its parameters."""
     root = private_dir(tmp_path_factory.mktemp('swept') / 'home')
     run_dir = root / 'sweep'
-    out = playbook(serving.inventory, 'tune.yml', '-e', '@%s' % write_grid(root / 'grid.json'), '-e', 'run_dir=%s' % run_dir, timeout=600)
+    grid = write_grid(root / 'grid.json')
+    out = playbook(serving.inventory, 'tune.yml', '-e', '@%s' % grid, '-e', 'run_dir=%s' % run_dir, '-e', 'apply=true', timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    said = ' '.join(out.stdout.split())
+    assert 'apply: nothing is applied, because' in said and 'too few runs for an interval' in said, out.stdout[-4000:]
+    assert (serving.state.get('config') or {}).get('speculative', {}).get('num_steps') == 2, 'the sweep applied a winner it could not tell'
     lines = (run_dir / 'trials.jsonl').read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(line)['status'] == 'ok' for line in lines), lines
     assert not (run_dir / 'sweep.lock').exists(), 'the sweep did not release its run directory'
