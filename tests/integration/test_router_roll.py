@@ -291,7 +291,9 @@ def test_the_role_refuses_a_secret_or_its_own_flag_in_extra_args_before_installi
     argv = ['ansible-playbook', '-i', 'localhost,', '-c', 'local', str(playbook), '-e', json.dumps(extra)]
     out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0
-    assert 'sglang_router_extra_args: api-key, port cannot be given there: api-key is sglang_router_api_key' in out.stdout, out.stdout[-3000:]
+    assert "sglang_router_extra_args: '--api-key' cannot be given there: it holds a secret: set sglang_router_api_key" in out.stdout, out.stdout[-3000:]
+    assert "sglang_router_extra_args: 'port' cannot be given there: it is sglang_router_port" in out.stdout, out.stdout[-3000:]
+    assert 'Nothing was installed, written or restarted' in out.stdout, out.stdout[-3000:]
     assert 'extra-secret-key' not in out.stdout + out.stderr and not venv.exists()
 
 
