@@ -11,7 +11,7 @@ version_added: 0.1.0
 description:
   - Takes C(sglang_router_extra_args) of the gpufleet.sglang.sglang_router role (flag name to value) and returns
     the router's whole command line (O(base) followed by the extra flags, keys sorted), its systemd C(ExecStart=)
-    value, and every problem found; with a problem, C(argv) and C(exec_start) are null. It never fails: the role's
+    value, and every problem found; with a problem, C(argv) and C(exec_start) are null. It never fails; the role's
     preflight fails on C(problems) before anything is installed, written or restarted.
   - A key must be the exact long name of a flag of sglang-router 0.3.2 that the role passes on (C(--) in front
     optional). The router's parser takes abbreviations, so nothing else is ever passed on. Flags the role sets
