@@ -3,6 +3,8 @@
 Tests marked `bad_input` or `fault` are counted; every ansible run's output (and the state directories
 and process command lines looked at) is scanned for the suite's secrets. The closing summary prints
 "bad inputs rejected before any stop N/N, faults survived N/N, secrets found 0"; a secret found fails the run.
+Cases of another surface (marked also with its name, SURFACES) are counted apart, on a line of their own:
+"router: bad inputs refused before anything changed N/N, faults survived N/N".
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from simfleet import SimHost  # noqa: E402  pylint: disable=wrong-import-positio
 simulated_library, make_host, host = simhosts.simulated_library, simhosts.make_host, simhosts.host
 
 COUNTS_KEY = pytest.StashKey[dict]()
+# Surfaces counted apart from the relaunch's: marker name -> what the line calls them.
+SURFACES = dict(router='router')
 
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'bad_input: a bad input that must be rejected before anything stops')
     config.addinivalue_line('markers', 'fault: a fault the relaunch must survive')
-    config.stash[COUNTS_KEY] = dict(bad_input=[0, 0], fault=[0, 0], secrets=[], outputs=0, failed=[])
+    config.addinivalue_line('markers', 'router: a case of the router surface (the sglang_router role and sglang_router_worker), counted apart')
+    config.stash[COUNTS_KEY] = dict(bad_input=[0, 0], fault=[0, 0], secrets=[], outputs=0, failed=[], surfaces={})
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -80,10 +85,12 @@ def pytest_runtest_logreport(report):
         return
     kind = _kind(report)
     if kind and (report.when == 'call' or (report.when == 'setup' and not report.passed)):
-        counts[kind][1] += 1
+        surface = next((name for name in SURFACES if name in report.keywords), None)
+        tally = counts['surfaces'].setdefault(surface, dict(bad_input=[0, 0], fault=[0, 0])) if surface else counts
+        tally[kind][1] += 1
         # An xfail (a known bug) is a case the code does not survive yet: it is not counted as passed.
         if report.passed and not hasattr(report, 'wasxfail'):
-            counts[kind][0] += 1
+            tally[kind][0] += 1
         else:
             counts['failed'].append(report.nodeid.split('::', 1)[1])
     if report.when == 'teardown':
@@ -113,12 +120,22 @@ def summary_line(counts: dict) -> str:
     )
 
 
+def surface_lines(counts: dict) -> list[str]:
+    return [
+        '%s: bad inputs refused before anything changed %d/%d, faults survived %d/%d'
+        % (SURFACES[name], tally['bad_input'][0], tally['bad_input'][1], tally['fault'][0], tally['fault'][1])
+        for name, tally in sorted(counts['surfaces'].items())
+    ]
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
     if hasattr(config, 'workerinput'):
         return
     counts = config.stash[COUNTS_KEY]
     terminalreporter.section('reliability')
     terminalreporter.write_line(summary_line(counts))
+    for line in surface_lines(counts):
+        terminalreporter.write_line(line)
     for name in counts['failed']:
         terminalreporter.write_line('  not survived (yet): %s' % name)
     for hit in counts['secrets']:
