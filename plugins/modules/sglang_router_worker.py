@@ -27,7 +27,7 @@ description:
     could not.
   - The router's JSON is read strictly. A worker is healthy only when the router lists it with C(is_healthy)
     the JSON boolean V(true); a string (C("true"), C("false")), a number, null or no C(is_healthy) counts as
-    unhealthy, is warned about and said in RV(routers[].workers[].health_note) and in the O(min_healthy) message.
+    unhealthy, is warned about and said in RV(routers[].workers) (C(health_note)) and in the O(min_healthy) message.
     A load that is not a count (an integer, at least 0) fails the task, naming the worker and the value.
   - A worker that no router lists is reported (RV(unknown), and a warning), never removed or added.
   - O(state=present) adds each worker to every router that does not list it, but only once the worker

@@ -265,11 +265,11 @@ def extra_argv(extra_args) -> list[str]:
         if how == VALUES and not values:
             problems.append('%s.%s: [] gives no value; leave the flag out instead' % (FIELD, key))
             continue
-        words = []
+        words: list[str] = []
         for item in values:
             word, why = _word(key, item, kind, choices)
-            if why:
-                problems.append(why)
+            if word is None:
+                problems.append(why or '%s.%s: refused' % (FIELD, key))
             else:
                 words.append(word)
         if len(words) == len(values):
