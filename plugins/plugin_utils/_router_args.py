@@ -30,6 +30,8 @@ FIELD = 'sglang_router_extra_args'
 ROUTER = 'sglang-router 0.3.2'
 CONTROL_RE = re.compile(r'[\x00-\x1f\x7f]')
 NUMBER_RE = re.compile(r'^-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$')
+# What argparse itself takes for a negative number rather than a flag (its _negative_number_matcher).
+NEGATIVE_RE = re.compile(r'^-\d+$|^-\d*\.\d+$')
 # What a key that is not a flag name may look like it holds: its value is then surely not shown.
 SECRETISH_RE = re.compile(r'(key|token|secret|passw|credential|url)', re.I)
 
@@ -219,7 +221,7 @@ def _word(key: str, value, kind: str, choices: tuple | None) -> tuple[str | None
         return None, '%s is not an integer (--%s takes one)' % (where, key)
     if kind == 'float' and not NUMBER_RE.match(text):
         return None, '%s is not a number (--%s takes one)' % (where, key)
-    if text.startswith('-') and not NUMBER_RE.match(text):
+    if text.startswith('-') and not NEGATIVE_RE.match(text):
         return None, '%s starts with "-": sglang-router would read it as a flag, not as the value of --%s' % (where, key)
     if choices and text not in choices:
         return None, '%s is not one of %s' % (where, ', '.join(choices))

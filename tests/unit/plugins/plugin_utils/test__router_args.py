@@ -31,6 +31,7 @@ ACCEPTED = [
     ),
     ({'cors-allowed-origins': 'https://a.example.com'}, ['--cors-allowed-origins', 'https://a.example.com']),
     ({'max-concurrent-requests': -1}, ['--max-concurrent-requests', '-1']),
+    ({'retry-jitter-factor': -0.5}, ['--retry-jitter-factor', '-0.5']),
     ({'retry-backoff-multiplier': 1.5}, ['--retry-backoff-multiplier', '1.5']),
     ({'prometheus-duration-buckets': [0.1, 1, 10]}, ['--prometheus-duration-buckets', '0.1', '1', '10']),
     ({'log-dir': '/var/log/sglang router %h $HOME'}, ['--log-dir', '/var/log/sglang router %h $HOME']),
@@ -73,6 +74,8 @@ REFUSED_CASES = [
     ({'log-dir': '\t/var/log'}, 'holds a control character'),
     ({'cors-allowed-origins': ['https://a.example.com', '--api-key', SECRET]}, "'--api-key' starts with \"-\": sglang-router would read it as a flag"),
     ({'log-dir': '-x'}, "'-x' starts with \"-\""),
+    # a number argparse would still read as a flag
+    ({'retry-backoff-multiplier': '-1e5'}, "'-1e5' starts with \"-\""),
     ({'request-timeout-secs': 'lots'}, "sglang_router_extra_args.request-timeout-secs: 'lots' is not an integer"),
     ({'request-timeout-secs': 1.5}, 'is not an integer'),
     ({'retry-backoff-multiplier': float('nan')}, 'is not a finite number'),
@@ -152,7 +155,15 @@ def test_what_the_allowlist_emits_the_router_parser_reads_as_meant():
     """The words given for a list flag stay its values: '--api-key' given as one is refused above, and what passes
     is parsed by the real parser into exactly the values given."""
     parser = _router_parser()
-    argv = extra_argv({'cors-allowed-origins': ['https://a.example.com', 'https://b.example.com'], 'max-concurrent-requests': -1, 'log-level': 'warn'})
+    argv = extra_argv(
+        {
+            'cors-allowed-origins': ['https://a.example.com', 'https://b.example.com'],
+            'max-concurrent-requests': -1,
+            'retry-jitter-factor': -0.5,
+            'log-level': 'warn',
+        }
+    )
     parsed = parser.parse_args(argv)
+    assert parsed.retry_jitter_factor == -0.5
     assert parsed.cors_allowed_origins == ['https://a.example.com', 'https://b.example.com']
     assert parsed.max_concurrent_requests == -1 and parsed.log_level == 'warn' and parsed.api_key is None
