@@ -40,10 +40,29 @@ LOADS_PATH = '/v1/loads'
 ROUTER_API = 'sglang-router 0.3 (/workers)'
 _METRIC = re.compile(r'^(smg_worker_cb_outcomes_total|smg_worker_requests_active)\{([^}]*)\}\s+(\S+)$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# How many times a worker taken out is offered back to a router that fails, poll_interval apart.
+PUT_BACK_TRIES = 3
+
+
+# An is_healthy the router did not send at all.
+_MISSING = object()
 
 
 class RouterError(Exception):
     """A router or a worker that cannot be used as asked; the message names the URL and why."""
+
+
+def health_of(entry: dict) -> tuple[bool, str | None]:
+    """(healthy, why not when the router said something else than a boolean): only the JSON boolean true is
+    healthy. A string "true" or "false", a number, null or no ``is_healthy`` at all counts as unhealthy, and is said."""
+    value = entry.get('is_healthy', _MISSING)
+    if value is True:
+        return True, None
+    if value is False:
+        return False, None
+    if value is _MISSING:
+        return False, 'the router lists it without is_healthy, so it counts as unhealthy'
+    return False, 'the router lists it with is_healthy %s (%s, not the boolean true), so it counts as unhealthy' % (json.dumps(value), type(value).__name__)
 
 
 def normalize_url(url: str, field: str) -> str:
@@ -123,7 +142,8 @@ class Router:
                 key = normalize_url(entry['url'], 'worker url')
             except RouterError:
                 key = str(entry['url'])
-            found.append(dict(entry, key=key))
+            healthy, note = health_of(entry)
+            found.append(dict(entry, key=key, healthy=healthy, health_note=note))
         return found
 
     def add(self, url: str, api_key: str | None) -> str:
@@ -186,9 +206,21 @@ def worker_load(url: str, api_key: str | None, timeout: float) -> int | None:
     if status != 200 or not isinstance(data, dict) or not isinstance(data.get('loads'), list):
         raise RouterError('worker %s: GET %s answered HTTP %d %s; SGLang 0.5.23 reports its load there' % (url, LOADS_PATH, status, body.strip()[:120]))
     total = 0
-    for load in data['loads']:
-        if isinstance(load, dict):
-            total += int(load.get('num_running_reqs') or 0) + int(load.get('num_waiting_reqs') or 0)
+    for index, load in enumerate(data['loads']):
+        if not isinstance(load, dict):
+            raise RouterError(
+                'worker %s: GET %s answered loads[%d] = %s, not an object; its load cannot be known' % (url, LOADS_PATH, index, json.dumps(load)[:80])
+            )
+        for field in ('num_running_reqs', 'num_waiting_reqs'):
+            value = load.get(field, 0)
+            if value is None:
+                value = 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RouterError(
+                    'worker %s: GET %s answered loads[%d].%s = %s, not a count (an integer, at least 0); its load cannot be known'
+                    % (url, LOADS_PATH, index, field, json.dumps(value)[:80])
+                )
+            total += value
     return total
 
 
@@ -258,6 +290,9 @@ class Membership:
         for router in self.routers:
             readiness = router.readiness()
             workers = router.workers()
+            for entry in workers:
+                if entry['health_note']:
+                    self.warn('router %s, worker %s: %s' % (router.url, entry['key'], entry['health_note']))
             found[router.url] = dict(ready=readiness['ready'], readiness=readiness['detail'], workers=workers, counters=router.counters())
         return found
 
@@ -280,8 +315,17 @@ class Membership:
                     url=url,
                     ready=seen['ready'],
                     readiness=seen['readiness'],
-                    workers=[dict(url=w['key'], id=w['id'], healthy=bool(w.get('is_healthy')), model_id=w.get('model_id')) for w in seen['workers']],
-                    healthy=sorted({w['key'] for w in seen['workers'] if w.get('is_healthy')}),
+                    workers=[
+                        dict(
+                            url=w['key'],
+                            id=w['id'],
+                            healthy=w['healthy'],
+                            model_id=w.get('model_id'),
+                            **({'health_note': w['health_note']} if w['health_note'] else {}),
+                        )
+                        for w in seen['workers']
+                    ],
+                    healthy=sorted({w['key'] for w in seen['workers'] if w['healthy']}),
                     others=sorted({w['key'] for w in seen['workers']} - keys),
                 )
             )
@@ -325,23 +369,99 @@ class Membership:
             seen = survey[router.url]
             if not seen['ready']:
                 raise RouterError('router %s is not ready (%s): no worker is removed from a router that serves nothing' % (router.url, seen['readiness']))
-            remaining = sorted({w['key'] for w in seen['workers'] if w.get('is_healthy')} - leaving)
+            remaining = sorted({w['key'] for w in seen['workers'] if w['healthy']} - leaving)
             if len(remaining) < self.min_healthy:
+                odd = sorted({'%s: %s' % (w['key'], w['health_note']) for w in seen['workers'] if w['health_note'] and w['key'] not in leaving})
                 raise RouterError(
-                    'router %s: removing %s would leave %d healthy worker(s) (%s), fewer than min_healthy %d; nothing was removed'
-                    % (router.url, ', '.join(sorted(leaving)), len(remaining), ', '.join(remaining) or 'none', self.min_healthy)
+                    'router %s: removing %s would leave %d healthy worker(s) (%s), fewer than min_healthy %d%s; nothing was removed'
+                    % (
+                        router.url,
+                        ', '.join(sorted(leaving)),
+                        len(remaining),
+                        ', '.join(remaining) or 'none',
+                        self.min_healthy,
+                        ' (%s)' % '; '.join(odd) if odd else '',
+                    )
                 )
         if self.check_mode or not plan:
             return result
         by_key = dict((row['url'], row) for row in rows)
-        removed_at = time.monotonic()
-        for worker, router, ids in plan:
-            for worker_id in ids:
-                router.remove(worker_id, worker['key'])
-            by_key[worker['key']]['removed'] = True
-        self._wait_unlisted(plan)
-        self._drain([by_key[k] for k in sorted({w['key'] for w, _r, _i in plan})], removed_at, plan)
+        # Every (worker, router) whose DELETE may have been sent: from then on, any failure puts them back.
+        touched: list[tuple[dict, Router, list[str]]] = []
+        try:
+            removed_at = time.monotonic()
+            for worker, router, ids in plan:
+                touched.append((worker, router, [str(i) for i in ids]))
+                for worker_id in ids:
+                    router.remove(worker_id, worker['key'])
+                by_key[worker['key']]['removed'] = True
+            self._wait_unlisted(plan)
+            self._drain([by_key[k] for k in sorted({w['key'] for w, _r, _i in plan})], removed_at)
+        except BaseException as exc:
+            message = str(exc) if isinstance(exc, RouterError) else '%s: %s' % (type(exc).__name__, exc)
+            note = self._put_back(touched, by_key)
+            if not isinstance(exc, Exception):
+                raise  # an interrupt: put back, then let it end the module
+            raise RouterError('%s; %s' % (message, note)) from exc
         return result
+
+    def _put_back(self, touched: list[tuple[dict, Router, list[str]]], by_key: dict) -> str:
+        """Put every touched worker back into its router (a few tries each, bounded); what happened, for the message.
+
+        Each row gets ``put_back`` (false when it could not be added back to one of its routers), and the result
+        lists both (``put_back``, ``not_put_back``)."""
+        back: list[dict] = []
+        failed: list[dict] = []
+        for worker, router, ids in touched:
+            error = None
+            for attempt in range(PUT_BACK_TRIES):
+                try:
+                    self._back_in(router, worker, set(ids), last_try=attempt == PUT_BACK_TRIES - 1)
+                    error = None
+                    break
+                except RouterError as exc:
+                    error = str(exc)
+                    if attempt < PUT_BACK_TRIES - 1:
+                        time.sleep(self.poll)
+            entry = dict(url=worker['key'], router=router.url)
+            if error is None:
+                back.append(entry)
+            else:
+                failed.append(dict(entry, error=error))
+            row = by_key.get(worker['key'])
+            if row is not None:
+                row['put_back'] = error is None and row.get('put_back', True)
+        self.result['put_back'] = back
+        self.result['not_put_back'] = failed
+        notes = []
+        if back:
+            notes.append('put back: %s' % ', '.join('%s into %s' % (e['url'], e['router']) for e in back))
+        if failed:
+            notes.append(
+                'NOT put back, so out of rotation until added again (playbooks/router.yml --tags sglang_router_register): %s'
+                % '; '.join('%s into %s (%s)' % (e['url'], e['router'], e['error']) for e in failed)
+            )
+        return '%s; nothing was stopped' % '; '.join(notes) if notes else 'nothing was removed or stopped'
+
+    def _back_in(self, router: Router, worker: dict, ids: set, last_try: bool) -> None:
+        """The worker listed by the router again: added back once the router no longer lists it under a removed id
+        (its removal is queued); one still listed under a removed id after remove_timeout never left."""
+        deadline = time.monotonic() + self.remove_timeout
+        while True:
+            try:
+                listed = {str(w['id']) for w in router.workers() if w['key'] == worker['key']}
+            except RouterError:
+                if not last_try:
+                    raise
+                listed = set()  # cannot tell, and no try is left: adding it is what may put it back
+            if listed - ids:
+                return  # listed under an id of its own: back already
+            if not listed:
+                router.add(worker['key'], worker['api_key'])
+                return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(self.poll)
 
     def _wait_unlisted(self, plan) -> None:
         """The removal is queued by the router; routing stops only once it no longer lists the worker."""
@@ -361,8 +481,8 @@ class Membership:
                 )
             time.sleep(self.poll)
 
-    def _drain(self, rows: list[dict], removed_at: float, plan) -> None:
-        """Wait until each removed worker's load reads 0 twice in a row; on timeout, put the workers back and fail."""
+    def _drain(self, rows: list[dict], removed_at: float) -> None:
+        """Wait until each removed worker's load reads 0 twice in a row; on timeout fail (leave() puts them back)."""
         deadline = removed_at + self.drain_timeout
         zeros = dict((row['url'], 0) for row in rows)
         api_keys = dict((w['key'], w['api_key']) for w in self.workers)
@@ -382,11 +502,8 @@ class Membership:
                 return
             if time.monotonic() > deadline:
                 busy = [row for row in rows if not row['drained']]
-                for worker, router, _ids in plan:
-                    if any(row['url'] == worker['key'] for row in busy):
-                        router.add(worker['key'], worker['api_key'])
                 raise RouterError(
-                    'drain timed out after %.1fs (drain_timeout): %s; put back into its router(s), nothing was stopped'
+                    'drain timed out after %.1fs (drain_timeout): %s'
                     % (self.drain_timeout, ', '.join('%s still has %s request(s) in flight' % (row['url'], last.get(row['url'])) for row in busy))
                 )
             time.sleep(self.poll)
@@ -426,7 +543,7 @@ class Membership:
             for row in rows:
                 if not row['added']:
                     listed = [w for s in survey.values() for w in s['workers'] if w['key'] == row['url']]
-                    row['healthy'] = bool(listed) and all(w.get('is_healthy') for w in listed)
+                    row['healthy'] = bool(listed) and all(w['healthy'] for w in listed)
             return result
         baseline = dict((r.url, r.counters()) for r in self.routers)
         added_at = time.monotonic()
@@ -446,7 +563,7 @@ class Membership:
         routers = dict((router.url, router) for _w, router in todo)
         while pending:
             for router_url in sorted({r for r, _k in pending}):
-                healthy = {w['key'] for w in routers[router_url].workers() if w.get('is_healthy')}
+                healthy = {w['key'] for w in routers[router_url].workers() if w['healthy']}
                 for key in [k for r, k in pending if r == router_url and k in healthy]:
                     pending.discard((router_url, key))
             for key in {w['key'] for w, _r in todo} - {k for _r, k in pending}:

@@ -18,8 +18,17 @@ description:
     host's workers and O(batch_workers) are out (O(min_healthy)); otherwise it fails and removes nothing.
     The router's removal only stops new requests, so the module then waits until the router no longer
     lists the worker and the worker's own load (SGLang's C(/v1/loads), running plus waiting requests) reads
-    0 twice in a row, O(poll_interval) apart. When that takes longer than O(drain_timeout), the workers are
-    put back into their routers and the task fails, since nothing may be stopped while it still serves requests.
+    0 twice in a row, O(poll_interval) apart. When that takes longer than O(drain_timeout), the task fails,
+    since nothing may be stopped while it still serves requests.
+  - Once a removal has been sent, every failure (a drain that times out, a worker whose C(/v1/loads) answers
+    something else than counts, a router that closes its connections or answers 500, an interrupt) puts every
+    worker removed so far back into the routers it was removed from (three tries each, O(poll_interval) apart)
+    before the task fails; the message and RV(put_back) and RV(not_put_back) say which went back and which
+    could not.
+  - The router's JSON is read strictly. A worker is healthy only when the router lists it with C(is_healthy)
+    the JSON boolean V(true); a string (C("true"), C("false")), a number, null or no C(is_healthy) counts as
+    unhealthy, is warned about and said in RV(routers[].workers) (C(health_note)) and in the O(min_healthy) message.
+    A load that is not a count (an integer, at least 0) fails the task, naming the worker and the value.
   - A worker that no router lists is reported (RV(unknown), and a warning), never removed or added.
   - O(state=present) adds each worker to every router that does not list it, but only once the worker
     answers C(/health) with 200; then waits until every router lists it healthy (O(join_timeout)) and routes
@@ -246,6 +255,12 @@ workers:
       description: With O(state=present), seconds from the addition until the first request was seen.
       type: float
       sample: 0.77
+    put_back:
+      description: With O(state=absent), after a failure that followed its removal, whether it was put back into
+        every router it had been removed from.
+      type: bool
+      returned: when the task failed after the removal
+      sample: true
     served:
       description: Requests the routers sent it that ended well, from their metrics (cumulative since each router
         started); null without O(routers[].metrics_url).
@@ -270,7 +285,8 @@ routers:
       type: raw
       sample: {status: ready, healthy_workers: 3, total_workers: 3}
     workers:
-      description: Every worker it listed (C(url), C(id), C(healthy), C(model_id)).
+      description: Every worker it listed (C(url), C(id), C(healthy), C(model_id)), and C(health_note) when its
+        C(is_healthy) was not a JSON boolean (it then counts as unhealthy).
       type: list
       elements: dict
       sample: [{url: 'http://gpu-a.example.com:30000', id: 89175474-3a4f-4fe4-bdd1-b653caf73774, healthy: true, model_id: llama}]
@@ -284,6 +300,20 @@ routers:
       type: list
       elements: str
       sample: [http://gpu-b.example.com:30000]
+put_back:
+  description: With O(state=absent), after a failure that followed a removal, the workers put back, each with
+    the router (C(url), C(router)).
+  returned: when the task failed after a removal
+  type: list
+  elements: dict
+  sample: [{url: 'http://gpu-a.example.com:30000', router: 'http://lb-1.example.com:30080'}]
+not_put_back:
+  description: With O(state=absent), after a failure that followed a removal, the workers that could not be put
+    back (C(url), C(router), C(error)); they are out of rotation until added again.
+  returned: when the task failed after a removal
+  type: list
+  elements: dict
+  sample: []
 unknown:
   description: With O(state=absent), the workers no router listed (reported, not removed).
   returned: when state is absent

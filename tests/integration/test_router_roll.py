@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from relaunch_fleet import host_vars, recap, run, state, stop_all, table, warnings, write_inventory
+from relaunch_fleet import host_vars, recap, run, server_pid, state, stop_all, table, warnings, write_inventory
 from router_load import Load, Router, free_port, request
 from simfleet import ansible_env, wait_for
 
@@ -291,7 +291,9 @@ def test_the_role_refuses_a_secret_or_its_own_flag_in_extra_args_before_installi
     argv = ['ansible-playbook', '-i', 'localhost,', '-c', 'local', str(playbook), '-e', json.dumps(extra)]
     out = subprocess.run(argv, env=ansible_env(), capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0
-    assert 'sglang_router_extra_args: api-key, port cannot be given there: api-key is sglang_router_api_key' in out.stdout, out.stdout[-3000:]
+    assert "sglang_router_extra_args: '--api-key' cannot be given there: it holds a secret: set sglang_router_api_key" in out.stdout, out.stdout[-3000:]
+    assert "sglang_router_extra_args: 'port' cannot be given there: it is sglang_router_port" in out.stdout, out.stdout[-3000:]
+    assert 'Nothing was installed, written or restarted' in out.stdout, out.stdout[-3000:]
     assert 'extra-secret-key' not in out.stdout + out.stderr and not venv.exists()
 
 
@@ -317,3 +319,57 @@ def test_a_server_the_router_does_not_route_to_fails_its_host_when_routing_is_re
     for name in ('gpu-b', 'gpu-c'):
         assert server(routed['vars'][name])['pid'] == pids[name] and steps_running(routed['vars'][name]) == 2
     assert len(routed['router'].workers()) == 3
+
+
+def test_stop_and_reset_take_servers_out_of_their_router_first_and_never_its_last(routed):
+    """stop.yml and reset.yml behind the real router: a server leaves (and drains) before it is stopped or killed,
+    the summary names the router it left, and the router's last healthy servers are left serving unless asked,
+    as they are when the router cannot be reached."""
+    start(routed)
+    router = routed['router']
+    hvars = routed['vars']
+    url = dict((name, 'http://127.0.0.1:%d' % v['sglang_server_port']) for name, v in hvars.items())
+
+    check = run(routed['routed'], 'stop.yml', '-e', 'target=gpu-a', '--check')
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert 'gpu-a/llama: would be taken out of lb-1' in check.stdout, check.stdout[-3000:]
+    assert len(router.workers()) == 3 and server_pid(hvars['gpu-a'])
+
+    out = run(routed['routed'], 'stop.yml', '-e', 'target=gpu-a')
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert 'gpu-a/llama: taken out of lb-1, drained in' in out.stdout, out.stdout[-3000:]
+    assert sorted(w['url'] for w in router.workers()) == sorted([url['gpu-b'], url['gpu-c']])
+    assert server_pid(hvars['gpu-a']) is None
+    assert ROUTER_KEY not in out.stdout + out.stderr and SERVER_KEY not in out.stdout + out.stderr
+
+    # gpu-b and gpu-c together would empty the router: neither is touched, and both fail saying why.
+    pids = dict((name, server_pid(hvars[name])) for name in ('gpu-b', 'gpu-c'))
+    out = run(routed['routed'], 'reset.yml', '-e', 'target=gpu_servers:!gpu-a', '-e', 'gpu_reset_install_python_deps=false')
+    assert out.returncode != 0
+    for name in ('gpu-b', 'gpu-c'):
+        assert '%s: left serving, nothing stopped: router %s: removing' % (name, router.url) in out.stdout, out.stdout[-4000:]
+        assert server_pid(hvars[name]) == pids[name]
+    assert 'would leave 0 healthy worker(s) (none), fewer than min_healthy 1' in out.stdout
+    assert sorted(w['url'] for w in router.workers()) == sorted([url['gpu-b'], url['gpu-c']])
+
+    # gpu-b alone: out of the router first, then reset (its server killed).
+    out = run(routed['routed'], 'reset.yml', '-e', 'target=gpu-b', '-e', 'gpu_reset_install_python_deps=false', '-e', 'gpu_reset_grace_period=1')
+    assert 'gpu-b/llama: taken out of lb-1, drained in' in out.stdout, out.stdout[-4000:]
+    assert [w['url'] for w in router.workers()] == [url['gpu-c']]
+    assert server_pid(hvars['gpu-b']) is None, out.stdout[-4000:]
+
+    # A router that cannot be reached: the host is left serving.
+    bad = write_routed_inventory(routed['tmp'] / 'unreachable.json', hvars, router, sglang_router_url='http://lb-1.invalid:30080')
+    out = run(bad, 'stop.yml', '-e', 'target=gpu-c')
+    assert out.returncode != 0
+    assert 'gpu-c: left serving, nothing stopped: router http://lb-1.invalid:30080 cannot be reached' in out.stdout, out.stdout[-4000:]
+    assert server_pid(hvars['gpu-c']) == pids['gpu-c']
+
+    # The last healthy server: left serving, unless asked.
+    out = run(routed['routed'], 'stop.yml', '-e', 'target=gpu-c')
+    assert out.returncode != 0 and 'would leave 0 healthy worker(s)' in out.stdout, out.stdout[-4000:]
+    assert server_pid(hvars['gpu-c']) == pids['gpu-c'] and len(router.workers()) == 1
+    out = run(routed['routed'], 'stop.yml', '-e', 'target=gpu-c', '-e', 'sglang_router_remove_last_healthy=true')
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert 'gpu-c/llama: taken out of lb-1, drained in' in out.stdout
+    assert router.workers() == [] and server_pid(hvars['gpu-c']) is None

@@ -26,8 +26,11 @@ A, B, C = ('http://gpu-%s.example.com:30000' % n for n in 'abc')
 class World:
     """One router (R, metrics at M) listing workers, and the workers' loads (one value per read, the last repeated)."""
 
-    def __init__(self, listed=(A, B, C), loads=None, healthy=(A, B, C), routed_after_add=True):
+    def __init__(self, listed=(A, B, C), loads=None, healthy=(A, B, C), routed_after_add=True, fail_after_delete=None):
         self.workers = [dict(id='id-%d' % i, url=url, is_healthy=url in healthy, model_id='llama') for i, url in enumerate(listed)]
+        # After the first DELETE, the router's next answers: None (it closes the connection) or an HTTP status.
+        self.fail_after_delete = list(fail_after_delete or [])
+        self.deleted = False
         self.loads = dict(loads or {})
         self.served = dict((url, 100) for url in (A, B, C))
         self.routed_after_add = routed_after_add
@@ -40,6 +43,11 @@ class World:
         self.calls.append((method, url))
         if parts.hostname and parts.hostname.endswith('.invalid'):
             return None, '[Errno -2] Name or service not known'
+        if base == R and self.deleted and self.fail_after_delete:
+            failure = self.fail_after_delete.pop(0)
+            if failure is None:
+                return None, 'Remote end closed connection without response'
+            return failure, 'Internal Server Error'
         if base == R:
             if parts.path == '/readiness':
                 ready = any(w['is_healthy'] for w in self.workers)
@@ -54,6 +62,7 @@ class World:
                 return 202, json.dumps(dict(status='accepted', worker_id='id-%d' % self.next_id))
             if parts.path.startswith('/workers/') and method == 'DELETE':
                 self.workers = [w for w in self.workers if w['id'] != parts.path.rsplit('/', 1)[1]]
+                self.deleted = True
                 return 202, json.dumps(dict(status='accepted'))
             return 404, ''
         if base == M:
@@ -62,6 +71,8 @@ class World:
         if parts.path == '/v1/loads':
             values = self.loads.get(base, [0])
             value = values.pop(0) if len(values) > 1 else values[0]
+            if isinstance(value, tuple):  # a whole answer, as given
+                return value
             return 200, json.dumps(dict(loads=[dict(dp_rank=0, num_running_reqs=value, num_waiting_reqs=0)]))
         if parts.path == '/health':
             return 200, ''
@@ -161,10 +172,141 @@ def test_the_batch_counts_as_gone_and_a_router_keeps_min_healthy(world):
 
 def test_a_drain_that_does_not_end_puts_the_worker_back_and_fails(world):
     fleet = world(loads={A: [2]})
-    with pytest.raises(RouterError, match=r'drain timed out after 0.2s .*gpu-a.example.com:30000 still has 2 request\(s\) in flight; put back'):
-        Membership(params([A], drain_timeout=0.2), False, lambda m: None).leave()
+    membership = Membership(params([A], drain_timeout=0.2), False, lambda m: None)
+    with pytest.raises(
+        RouterError,
+        match=r'drain timed out after 0.2s .*gpu-a.example.com:30000 still has 2 request\(s\) in flight; put back: %s into %s; nothing was stopped' % (A, R),
+    ):
+        membership.leave()
     assert fleet.removed() == [R + '/workers/id-0'] and fleet.added() == [R + '/workers']
     assert A in [w['url'] for w in fleet.workers]
+    assert membership.result['put_back'] == [dict(url=A, router=R)] and membership.result['not_put_back'] == []
+    assert membership.result['workers'][0]['put_back'] is True
+
+
+def test_every_removed_worker_goes_back_when_one_of_them_does_not_drain(world):
+    fleet = world(loads={A: [0], B: [2]}, listed=(A, B, C), healthy=(A, B, C))
+    membership = Membership(params([A, B], drain_timeout=0.2), False, lambda m: None)
+    with pytest.raises(RouterError, match=r'put back: %s into %s, %s into %s; nothing was stopped' % (A, R, B, R)):
+        membership.leave()
+    assert sorted(w['url'] for w in fleet.workers) == [A, B, C]
+
+
+@pytest.mark.parametrize(
+    'answer, why',
+    [
+        ((200, json.dumps(dict(loads=[dict(num_running_reqs='many', num_waiting_reqs=0)]))), r'loads\[0\].num_running_reqs = "many", not a count'),
+        ((200, json.dumps(dict(loads=[dict(num_running_reqs=1.5, num_waiting_reqs=0)]))), r'loads\[0\].num_running_reqs = 1.5, not a count'),
+        ((200, json.dumps(dict(loads=[dict(num_running_reqs=0, num_waiting_reqs=True)]))), r'loads\[0\].num_waiting_reqs = true, not a count'),
+        ((200, json.dumps(dict(loads=[dict(num_running_reqs=-1)]))), r'num_running_reqs = -1, not a count'),
+        ((200, json.dumps(dict(loads=['busy']))), r'loads\[0\] = "busy", not an object'),
+        ((200, json.dumps(dict(loads='busy'))), r'GET /v1/loads answered HTTP 200'),
+    ],
+)
+def test_a_malformed_load_after_the_removal_puts_the_worker_back(world, answer, why):
+    """The first read (before anything is removed) is well formed; the worker answers nonsense once it is out."""
+    fleet = world(loads={A: [1, answer]})
+    membership = Membership(params([A]), False, lambda m: None)
+    with pytest.raises(RouterError, match=why + '.*; put back: %s into %s; nothing was stopped' % (A, R)):
+        membership.leave()
+    assert fleet.removed() == [R + '/workers/id-0'] and fleet.added() == [R + '/workers']
+    assert A in [w['url'] for w in fleet.workers] and membership.result['workers'][0]['put_back'] is True
+
+
+def test_a_malformed_load_before_the_removal_removes_nothing(world):
+    fleet = world(loads={A: [(200, json.dumps(dict(loads=[dict(num_running_reqs='many')])))]})
+    with pytest.raises(RouterError, match='not a count') as caught:
+        Membership(params([A]), False, lambda m: None).leave()
+    assert fleet.removed() == [] and fleet.added() == [] and 'put back' not in str(caught.value)
+
+
+@pytest.mark.parametrize('failures', [[None], [500], [None, 500]], ids=['closed', 'http-500', 'closed-then-500'])
+def test_a_router_that_fails_after_the_delete_gets_the_worker_back(world, failures):
+    """The router fails the requests right after accepting the DELETE (it closes the connection, or answers 500),
+    then answers again: the module puts the worker back, bounded, and says so."""
+    fleet = world(fail_after_delete=failures)
+    membership = Membership(params([A]), False, lambda m: None)
+    with pytest.raises(RouterError, match=r'router %s.*; put back: %s into %s; nothing was stopped' % (R, A, R)):
+        membership.leave()
+    assert A in [w['url'] for w in fleet.workers] and fleet.added() == [R + '/workers']
+    assert membership.result['put_back'] == [dict(url=A, router=R)]
+
+
+def test_a_router_that_stays_down_after_the_delete_is_said_to_have_kept_the_worker_out(world):
+    fleet = world(fail_after_delete=[None] * 50)
+    membership = Membership(params([A]), False, lambda m: None)
+    with pytest.raises(RouterError) as caught:
+        membership.leave()
+    message = str(caught.value)
+    assert message.startswith('router %s cannot be reached (GET /workers)' % R), message
+    assert 'NOT put back, so out of rotation until added again (playbooks/router.yml --tags sglang_router_register): %s into %s' % (A, R) in message
+    assert A not in [w['url'] for w in fleet.workers]
+    assert membership.result['not_put_back'][0]['url'] == A and membership.result['workers'][0]['put_back'] is False
+    # Bounded: the tries, no more (each try one listing, the last one an add as well).
+    assert len([c for c in fleet.calls if c[1].startswith(R)]) < 20
+
+
+def test_an_interrupt_after_the_delete_still_puts_the_worker_back(world, monkeypatch):
+    fleet = world()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Membership, '_wait_unlisted', interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Membership(params([A]), False, lambda m: None).leave()
+    assert A in [w['url'] for w in fleet.workers] and fleet.added() == [R + '/workers']
+
+
+@pytest.mark.parametrize(
+    'value, note',
+    [
+        ('false', 'is_healthy "false" (str, not the boolean true)'),
+        ('true', 'is_healthy "true" (str, not the boolean true)'),
+        (None, 'is_healthy null (NoneType, not the boolean true)'),
+        (1, 'is_healthy 1 (int, not the boolean true)'),
+        ('missing', 'without is_healthy'),
+    ],
+)
+def test_only_the_boolean_true_is_healthy_and_min_healthy_counts_so(world, value, note):
+    """B is A's only companion; its odd is_healthy makes it unhealthy, so A may not leave, and the message says why."""
+    fleet = world(listed=(A, B), healthy=(A,))
+    entry = fleet.workers[1]
+    if value == 'missing':
+        del entry['is_healthy']
+    else:
+        entry['is_healthy'] = value
+    warnings: list[str] = []
+    with pytest.raises(RouterError) as caught:
+        Membership(params([A]), False, warnings.append).leave()
+    message = str(caught.value)
+    assert 'would leave 0 healthy worker(s) (none), fewer than min_healthy 1 (%s: the router lists it ' % B in message, message
+    assert note in message and message.endswith('; nothing was removed')
+    assert fleet.removed() == [] and any(note in w for w in warnings)
+    report = Membership(params([A]), True, lambda m: None)
+    with pytest.raises(RouterError):
+        report.leave()
+    listed = report.result['routers'][0]['workers'][1]
+    assert listed['healthy'] is False and note in listed['health_note']
+    assert report.result['routers'][0]['healthy'] == [A]
+
+
+def test_join_waits_for_the_boolean_true(world, monkeypatch):
+    fleet = world(listed=(B, C))
+    real = fleet.request
+
+    def stringly(method, url, api_key, timeout, payload=None):
+        status, body = real(method, url, api_key, timeout, payload)
+        if method == 'GET' and url == R + '/workers':
+            data = json.loads(body)
+            for w in data['workers']:
+                w['is_healthy'] = 'true' if w['url'] == A else w['is_healthy']
+            body = json.dumps(data)
+        return status, body
+
+    monkeypatch.setattr(_router, 'request', stringly)
+    with pytest.raises(RouterError, match=r'not listed healthy 0.2s after being added \(join_timeout\)'):
+        Membership(params([A], join_timeout=0.2), False, lambda m: None).join()
 
 
 def test_a_router_that_cannot_be_reached_is_named_and_nothing_happens(world):
