@@ -1,8 +1,9 @@
 """The reliability suite: the integration tier's simulated hosts and fixtures, its serving hosts, and its figures.
 
-Tests marked `bad_input` or `fault` are counted; every ansible run's output (and the state directories
-and process command lines looked at) is scanned for the suite's secrets. The closing summary prints
-"bad inputs rejected before any stop N/N, faults survived N/N, secrets found 0"; a secret found fails the run.
+Tests marked `bad_input` or `fault` are counted, per surface (`@pytest.mark.surface('sweep')`; unmarked tests
+are the relaunch's); every ansible run's output (and the state directories and process command lines looked at)
+is scanned for the suite's secrets. The closing summary prints, per surface, "relaunch: bad inputs rejected before
+any stop N/N, faults survived N/N", then "secrets found 0"; a secret found fails the run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ COUNTS_KEY = pytest.StashKey[dict]()
 def pytest_configure(config):
     config.addinivalue_line('markers', 'bad_input: a bad input that must be rejected before anything stops')
     config.addinivalue_line('markers', 'fault: a fault the relaunch must survive')
-    config.stash[COUNTS_KEY] = dict(bad_input=[0, 0], fault=[0, 0], secrets=[], outputs=0, failed=[])
+    config.addinivalue_line('markers', 'surface(name): what the case holds to the bar (relaunch, sweep, router); relaunch when unmarked')
+    config.stash[COUNTS_KEY] = dict(surfaces={}, secrets=[], outputs=0, failed=[])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -73,6 +75,21 @@ def _kind(report) -> str | None:
     return None
 
 
+SURFACES = ('relaunch', 'sweep', 'router')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Each counted case's surface, in its report (xdist forwards user properties, not markers)."""
+    for item in items:
+        marker = item.get_closest_marker('surface')
+        item.user_properties.append(('reliability_surface', marker.args[0] if marker and marker.args else 'relaunch'))
+
+
+def _surface(report) -> str:
+    return next((value for key, value in report.user_properties if key == 'reliability_surface'), 'relaunch')
+
+
 def pytest_runtest_logreport(report):
     """On the controller (xdist forwards every worker's reports here)."""
     counts = _counts
@@ -80,10 +97,11 @@ def pytest_runtest_logreport(report):
         return
     kind = _kind(report)
     if kind and (report.when == 'call' or (report.when == 'setup' and not report.passed)):
-        counts[kind][1] += 1
+        surface = counts['surfaces'].setdefault(_surface(report), dict(bad_input=[0, 0], fault=[0, 0]))
+        surface[kind][1] += 1
         # An xfail (a known bug) is a case the code does not survive yet: it is not counted as passed.
         if report.passed and not hasattr(report, 'wasxfail'):
-            counts[kind][0] += 1
+            surface[kind][0] += 1
         else:
             counts['failed'].append(report.nodeid.split('::', 1)[1])
     if report.when == 'teardown':
@@ -102,15 +120,18 @@ def pytest_sessionstart(session):
     _counts = session.config.stash[COUNTS_KEY]
 
 
-def summary_line(counts: dict) -> str:
-    return 'bad inputs rejected before any stop %d/%d, faults survived %d/%d, secrets found %d (in %d outputs scanned)' % (
-        counts['bad_input'][0],
-        counts['bad_input'][1],
-        counts['fault'][0],
-        counts['fault'][1],
-        len(counts['secrets']),
-        counts['outputs'],
-    )
+def summary_lines(counts: dict) -> list[str]:
+    """One line per surface that ran a case (the known ones first), then the secrets."""
+    names = [s for s in SURFACES if s in counts['surfaces']] + sorted(set(counts['surfaces']) - set(SURFACES))
+    lines = []
+    for name in names:
+        surface = counts['surfaces'][name]
+        lines.append(
+            '%s: bad inputs rejected before any stop %d/%d, faults survived %d/%d'
+            % (name, surface['bad_input'][0], surface['bad_input'][1], surface['fault'][0], surface['fault'][1])
+        )
+    lines.append('secrets found %d (in %d outputs scanned)' % (len(counts['secrets']), counts['outputs']))
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: disable=unused-argument
@@ -118,7 +139,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pylint: di
         return
     counts = config.stash[COUNTS_KEY]
     terminalreporter.section('reliability')
-    terminalreporter.write_line(summary_line(counts))
+    for line in summary_lines(counts):
+        terminalreporter.write_line(line)
     for name in counts['failed']:
         terminalreporter.write_line('  not survived (yet): %s' % name)
     for hit in counts['secrets']:
