@@ -90,6 +90,21 @@ def read_until(proc: subprocess.Popen, prefix: str, timeout: float = 300) -> lis
     raise AssertionError('no line starting with %r within %ss:\n%s' % (prefix, timeout, ''.join(lines)[-4000:]))
 
 
+def ctrl_c(proc: subprocess.Popen, seen: list[str]) -> str:
+    """What Ctrl-C in its terminal does, to the playbook's process group; its output. ansible-playbook 2.19 now and
+    then hangs after the first one (its signal handler raises in the middle of its own work); the second one, as a
+    user would press it, ends it: the first reset SIGINT to its default."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        rest = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        rest = proc.communicate(timeout=60)[0]
+    out = ''.join(seen) + rest
+    scan('interrupted tune.yml', out)
+    return out
+
+
 def finish(proc: subprocess.Popen, seen: list[str]) -> str:
     out = ''.join(seen) + proc.communicate(timeout=180)[0]
     scan('background tune.yml', out)
@@ -168,11 +183,11 @@ def test_ctrl_c_after_the_first_trial_leaves_a_mark_that_status_relaunch_and_res
     run_dir = tmp_path / 'sweep'
     sweep = grid(tmp_path, [3, 4])
     proc = tune_popen(one['inventory'], '-e', '@%s' % sweep, '-e', 'run_dir=%s' % run_dir)
+    seen: list[str] = []
     try:
         seen = read_until(proc, 'trial ')
     finally:
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal does
-    out = finish(proc, seen)
+        ctrl_c(proc, seen)
     assert proc.returncode != 0
     # A module that was under way finishes on its own (it holds the host lock until then).
     wait_for(lambda: lock_is_free(server), timeout=120, what='the host lock to be free')
@@ -195,7 +210,7 @@ def test_ctrl_c_after_the_first_trial_leaves_a_mark_that_status_relaunch_and_res
     # restore_only: the run directory is all it needs (no grid); it restores and stops.
     back = playbook(one['inventory'], 'tune.yml', '-e', 'run_dir=%s' % run_dir, '-e', 'restore_only=true', timeout=300)
     assert back.returncode == 0, back.stdout[-5000:]
-    assert not any(line.startswith('trial ') for line in back.stdout.splitlines()) and 'Run the rounds' not in back.stdout.split('PLAY [Sweep')[-1].split('PLAY [')[0]
+    assert not any(line.startswith('trial ') for line in back.stdout.splitlines()) and 'tune_round.yml for' not in back.stdout
     assert 'it is given back what it ran before the sweep' in back.stdout
     restored(server)
     assert any(line.startswith('node-0: serves EAGLE 2/1/3') for line in summary(back.stdout)), summary(back.stdout)
