@@ -36,6 +36,10 @@ options:
     type: list
     elements: str
     default: []
+  errors:
+    description: Host name to the pair (why its sweep stopped, why its restore failed), what is known of a lost host.
+    type: dict
+    default: {}
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -60,9 +64,16 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import req
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._trial_marks import tune_summary
 
 
-def sglang_tune_summary(ends: dict, sweep: str | None = None, last_trials: dict | None = None, check_mode: bool = False, inventory: list | None = None) -> dict:
+def sglang_tune_summary(
+    ends: dict,
+    sweep: str | None = None,
+    last_trials: dict | None = None,
+    check_mode: bool = False,
+    inventory: list | None = None,
+    errors: dict | None = None,
+) -> dict:
     require_mapping(ends, 'sglang_tune_summary', '{now, goal, sweep_error, restore_error} or null')
-    return tune_summary(ends, sweep, last_trials or {}, bool(check_mode), list(inventory or []))
+    return tune_summary(ends, sweep, last_trials or {}, bool(check_mode), list(inventory or []), errors or {})
 
 
 class FilterModule:

@@ -106,11 +106,27 @@ def _now_text(now: dict) -> str:
     return '%s %s (pid %s)' % (serving, speculative_label(now.get('speculative')), now.get('pid') or '?')
 
 
-def tune_summary(ends: dict, sweep: str | None = None, last_trials: dict | None = None, check_mode: bool = False, inventory: list | None = None) -> dict:
+def clip(text, limit: int = 300) -> str:
+    """One line of at most ``limit`` characters, both ends kept (a module failure's cause is often at its end)."""
+    text = ' '.join(str(text).split())
+    if len(text) <= limit:
+        return text
+    return '%s ... %s' % (text[: limit // 3], text[-(limit - limit // 3 - 5) :])
+
+
+def tune_summary(
+    ends: dict,
+    sweep: str | None = None,
+    last_trials: dict | None = None,
+    check_mode: bool = False,
+    inventory: list | None = None,
+    errors: dict | None = None,
+) -> dict:
     """Per host, what it runs now (read back after the restore), against what it should (``goal``).
 
     ``ends``: host -> None for a host that left the play (lost), else dict(now=sglang_info's instance or None,
     goal=dict(running, speculative, what) or None when it was left alone, sweep_error, restore_error).
+    ``errors``: host -> (sweep_error, restore_error), what is known of a lost host.
     Returns dict(lines, problems): a problem for each host that does not serve what it should, still runs a
     trial, was lost, or whose sweep or restore failed.
     """
@@ -123,9 +139,11 @@ def tune_summary(ends: dict, sweep: str | None = None, last_trials: dict | None 
             trial = (last_trials or {}).get(host)
             trial = trial.get('trial') if isinstance(trial, dict) else None
             last = ' (its last trial: %s, %s)' % (trial.get('label'), trial.get('id')) if isinstance(trial, dict) and trial.get('id') else ''
+            known = [clip(e) for e in (errors or {}).get(host) or () if e]
             lines.append(
-                '%s: LOST during the run (unreachable), not given back what it ran before the sweep%s; its state says which trial it '
-                'runs: once it answers, %s gives it back (relaunch.yml replaces it with the inventory\'s configuration)' % (host, last, command)
+                '%s: LOST during the run (it stopped answering%s), not given back what it ran before the sweep%s; its state says which '
+                'trial it runs: once it answers, %s gives it back (relaunch.yml replaces it with the inventory\'s configuration)'
+                % (host, ': %s' % '; '.join(known) if known else '', last, command)
             )
             problems.append('%s was lost during the run' % host)
             continue
@@ -155,7 +173,7 @@ def tune_summary(ends: dict, sweep: str | None = None, last_trials: dict | None 
             problems.append('%s still runs trial %s of sweep %s' % (host, mark.get('trial'), mark.get('sweep')))
         for key, what in (('sweep_error', 'its sweep stopped'), ('restore_error', 'giving it back failed')):
             if end.get(key):
-                words.append('%s: %s' % (what, end[key]))
-                problems.append('%s: %s: %s' % (host, what, end[key]))
+                words.append('%s: %s' % (what, clip(end[key])))
+                problems.append('%s: %s: %s' % (host, what, clip(end[key])))
         lines.append('%s: %s' % (host, '; '.join(words)))
     return dict(lines=lines, problems=problems)

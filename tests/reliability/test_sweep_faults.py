@@ -267,7 +267,9 @@ def test_a_host_lost_mid_sweep_the_others_are_restored_and_the_summary_says_so(f
     counts = recap(out)
     assert counts['node-1']['failed'] + counts['node-1']['unreachable'] >= 1, counts
     lines = summary(out)
-    assert any(line.startswith('node-1: LOST') or (line.startswith('node-1:') and 'failed' in line) for line in lines), lines
+    said = [line for line in lines if line.startswith('node-1: LOST during the run')]
+    assert said and 'restore_only=true' in said[0] and 'run_dir=%s' % run_dir in said[0], lines
+    assert 'node-1 was lost during the run' in out.split('TASK [Fail the run when')[-1], out[-3000:]
     for name in ('node-0', 'node-2'):
         restored(three['servers'][name])
         assert any(line.startswith('%s: serves EAGLE 2/1/3' % name) and 'verified' in line for line in lines), lines
