@@ -20,6 +20,9 @@ description:
     relaunch's smoke generation (C(SMOKE TOK/S), C(SMOKE ACCEPT (tok/step)) in the relaunch summary).
   - Command lines are cut to O(cmdline_width) characters; the registered results of
     M(gpufleet.sglang.gpu_info) keep them whole.
+  - An instance that runs a trial of a sweep (the C(trial) mark of M(gpufleet.sglang.sglang_info), left by a
+    C(tune.yml) that was interrupted) gets a line after the tables; the trial, the sweep, since when, what it ran
+    before, and the two ways out (C(relaunch.yml), or C(tune.yml -e restore_only=true)).
 options:
   _input:
     description: Host name to C({gpus, instances}).
@@ -29,6 +32,11 @@ options:
     description: Characters of a GPU process's command line shown in C(HELD BY); longer ones end in C(...).
     type: int
     default: 60
+  inventory:
+    description: Inventory sources, for the C(-i) of the command that the lines about a sweep's trial give.
+    type: list
+    elements: str
+    default: []
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -57,6 +65,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
     require_mapping,
     speculative_text,
 )
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._trial_marks import trial_notes
 
 GPU_HEADER = ('HOST', 'GPU', 'USED (MiB)', 'TOTAL (MiB)', 'HELD BY (pid, command line, MiB)')
 SERVER_HEADER = ('HOST', 'INSTANCE', 'PORT', 'GPUS', 'PID', 'SPECULATIVE', 'HEALTH', 'SERVER ACCEPT (tok/step)', 'SERVER TOK/S', 'VERSION')
@@ -89,7 +98,7 @@ def _server_row(host: str, inst: dict) -> tuple[str, ...]:
     )
 
 
-def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[str]:
+def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH, inventory: list | None = None) -> list[str]:
     require_mapping(status, 'sglang_status_table', '{gpus, instances}')
     width = int(cmdline_width)
     gpu_rows: list[Row] = [GPU_HEADER]
@@ -104,7 +113,8 @@ def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH) -> lis
         server_rows.extend(_server_row(host, inst) for inst in entry.get('instances') or [])
         if not entry.get('instances'):
             server_rows.append((host, '-', '-', '-', '-', '-', 'no SGLang instance', '-', '-', '-'))
-    return align(gpu_rows, (1, 2, 3)) + [''] + align(server_rows, (2, 4, 7, 8))
+    notes = trial_notes(dict((h, (status[h] if isinstance(status[h], dict) else {}).get('instances')) for h in status), 'status', inventory)
+    return align(gpu_rows, (1, 2, 3)) + [''] + align(server_rows, (2, 4, 7, 8)) + ([''] + notes if notes else [])
 
 
 class FilterModule:

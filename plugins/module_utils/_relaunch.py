@@ -68,10 +68,51 @@ SECRET_PARAMS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'secret_env
 GPU_RE = re.compile(r'^(?:[0-9]{1,3}|(?:GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$')
 # What a row of the relaunch summary says about an instance (see the relaunch_table filter).
 RESULTS = ('unchanged', 'started', 'relaunched', 'stopped', 'rolled back', 'failed')
+# The fields of the trial option (a sweep's relaunch), each a short line of text.
+TRIAL_FIELDS = ('sweep', 'trial', 'label')
+TRIAL_FIELD_MAX = 4096
 
 
 class SpecError(LaunchError):
     """A parameter is wrong: nothing has been touched."""
+
+
+def speculative_label(speculative: dict | None) -> str:
+    """'EAGLE 2/1/3' for a configuration's speculative settings, 'no speculation' without."""
+    spec = speculative or {}
+    if not spec.get('algorithm'):
+        return 'no speculation'
+    return '%s %s/%s/%s' % (spec['algorithm'], spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
+
+
+def trial_mark(trial: dict, state: dict | None, running: bool) -> dict:
+    """The mark a trial relaunch leaves in the instance's state: which trial of which sweep, since when the
+    instance runs trials of it, and what it ran before the sweep.
+
+    An instance that already carries a mark keeps its ``before``: it runs a trial now, and what ran before the
+    first trial is what a restore gives back. ``since`` is kept for the same sweep.
+    """
+    old = (state or {}).get('trial') or {}
+    if old.get('before'):
+        before = old['before']
+    else:
+        config = (state or {}).get('config') or {}
+        speculative = config.get('speculative') if running else None
+        before = dict(
+            running=running,
+            speculative=speculative,
+            config_hash=(state or {}).get('config_hash') if running else None,
+            label=speculative_label(speculative) if running else 'not running',
+        )
+    stamp = now()
+    return dict(
+        sweep=trial['sweep'],
+        trial=trial['trial'],
+        label=trial.get('label') or None,
+        since=old.get('since') if old.get('sweep') == trial['sweep'] and old.get('since') else stamp,
+        started=stamp,
+        before=before,
+    )
 
 
 def now() -> str:
@@ -474,6 +515,8 @@ class Relaunch:
         self.found: dict = {}
         self.seconds_validate = 0.0
         self.nvml: LockedNvml | None = None
+        # A sweep's trial: recorded as a mark in the state, and never as the last known good configuration.
+        self.trial: dict | None = params.get('trial')
 
     # ------------------------------------------------------------ validation
 
@@ -501,6 +544,7 @@ class Relaunch:
             raise SpecError('state_dir: %r contains a control character (newline, NUL, ...)' % self.state_dir)
         if self.params['max_used_mib'] < 0:
             raise SpecError('max_used_mib: %s is out of range; it must be at least 0' % self.params['max_used_mib'])
+        self.validate_trial()
         self.read_states()
         if self.state == 'stopped':
             return
@@ -523,6 +567,19 @@ class Relaunch:
                 raise spec.error('name: %s' % why)
             for warning in spec.warnings:
                 self.warn(warning)
+
+    def validate_trial(self) -> None:
+        trial = self.trial
+        if trial is None:
+            return
+        if self.state == 'stopped':
+            raise SpecError('trial: a trial is a relaunch; it is refused with state stopped (a stop clears the mark instead)')
+        for field in TRIAL_FIELDS:
+            value = trial.get(field)
+            if field != 'label' and not (value and str(value).strip()):
+                raise SpecError('trial.%s: is required (the sweep\'s run directory and the trial\'s id)' % field)
+            if value and (CONTROL_RE.search(str(value)) or len(str(value)) > TRIAL_FIELD_MAX):
+                raise SpecError('trial.%s: %r contains a control character or is longer than %d characters' % (field, str(value)[:80], TRIAL_FIELD_MAX))
 
     def read_states(self) -> None:
         for spec in self.specs:
@@ -628,6 +685,10 @@ class Relaunch:
         if self.state == 'restarted' or state.get('relaunch'):
             # An interrupted run may have started this server without verifying it: do it again, whole.
             return 'relaunch'
+        if state.get('trial') and not self.trial:
+            # A sweep's trial runs: relaunched and verified by this call, so that what runs is this call's
+            # configuration, recorded as good, even where the trial's configuration hashes the same.
+            return 'relaunch'
         if state.get('config_hash') != spec.desired_hash():
             return 'relaunch'
         if spec.instance.health(state) != 200:
@@ -693,15 +754,22 @@ class Relaunch:
         old_running = bool(state) and self.supervisors[spec.name].running(state)
         result = base_result(spec, state if old_running else None)
         result['found'] = self.interrupted(spec)
+        found_mark = (state or {}).get('trial')
+        if self.trial:
+            result['trial'] = trial_mark(self.trial, state, old_running)
+        elif found_mark:
+            result['replaced_trial'] = found_mark
         wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
         if self.state != 'stopped':
             result.update(public(spec, state if action == 'unchanged' else None))
+        running_what = ', trial %s of sweep %s' % (found_mark.get('trial'), found_mark.get('sweep')) if found_mark else ''
+        wanted_what = ', trial %s of sweep %s' % (self.trial['trial'], self.trial['sweep']) if self.trial else ''
         result['diff'] = dict(
             before=config_text((state or {}).get('config')) if old_running else '',
             after='' if self.state == 'stopped' else config_text(spec.desired),
-            before_header='%s (running)' % spec.name,
-            after_header='%s (wanted)' % spec.name,
+            before_header='%s (running%s)' % (spec.name, running_what),
+            after_header='%s (wanted%s)' % (spec.name, wanted_what),
         )
         return result
 
@@ -748,6 +816,8 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         rollback=None,
         window=None,
         phases={},
+        trial=None,
+        replaced_trial=None,
         state_file=spec.instance.state_file,
     )
 
@@ -817,6 +887,26 @@ class InstanceRun:
         self.state['relaunch'] = marker
         self.write(self.state)
 
+    def mark_trial(self, old_running: bool) -> bool:
+        """Before anything is touched: a trial writes its mark (what ran before the sweep included), any other
+        call that acts clears the mark it finds. True when the state's mark changed."""
+        trial = self.relaunch.trial
+        found = (self.state or {}).get('trial')
+        if trial:
+            mark = trial_mark(trial, self.state, old_running)
+            self.result['trial'] = mark
+            if self.state is None:
+                self.state = dict(name=self.spec.name)
+            self.state['trial'] = mark
+            self.write(self.state)
+            return not found or (found.get('sweep'), found.get('trial')) != (mark['sweep'], mark['trial'])
+        if found and self.state is not None:
+            self.result['replaced_trial'] = found
+            self.state.pop('trial')
+            self.write(self.state)
+            return True
+        return False
+
     def run(self) -> dict:
         relaunch, spec = self.relaunch, self.spec
         action = relaunch.decide(spec)
@@ -826,11 +916,12 @@ class InstanceRun:
         result['found'] = relaunch.interrupted(spec)
         if relaunch.state == 'stopped':
             return self.stop_only(action)
+        marked = self.mark_trial(old_running)
         if action == 'unchanged':
             state = self.state
             if state is None:
                 raise RuntimeError('%s: decided unchanged without a recorded state' % spec.name)
-            result.update(public(spec, state), result='unchanged', previous=state.get('previous'))
+            result.update(public(spec, state), result='unchanged', previous=state.get('previous'), changed=marked)
             if state.get('relaunch'):
                 state.pop('relaunch')
                 self.write(state)
@@ -848,7 +939,9 @@ class InstanceRun:
             result['result'] = 'relaunched' if old_running else 'started'
             if result['found']:
                 result['message'] = result['found']
-            self.record_good(spec, new_state)
+            if not relaunch.trial:
+                # A trial is measured, not chosen: the last known good one stays what ran before the sweep.
+                self.record_good(spec, new_state)
         except LaunchError as exc:
             self.clock('rollback')
             result['message'] = str(exc)
@@ -871,10 +964,13 @@ class InstanceRun:
             if state and state.get('relaunch'):
                 state.pop('relaunch')
                 self.write(state)
+            # A stopped instance runs no trial: the mark goes (the only change then).
+            result['changed'] = self.mark_trial(False)
             return result
         if state is None:
             raise RuntimeError('%s: decided %s without a recorded state' % (self.spec.name, action))
         result.update(changed=True, result='stopped')
+        self.mark_trial(True)
         self.mark('stop')
         result['stopped'] = self.old.stop(state, self.spec.params['stop_timeout'])
         state.update(running=False, pid=None, previous=state.get('config'), stopped_at=now())
@@ -978,6 +1074,8 @@ class InstanceRun:
             last_good=old.get('last_good'),
             relaunch=old.get('relaunch'),
         )
+        if old.get('trial'):
+            state['trial'] = old['trial']
         start = time.monotonic()
         alive = supervisor.start(
             state,

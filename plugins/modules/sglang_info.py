@@ -189,6 +189,23 @@ instances:
           when the server did not answer 200 or generated nothing.
       type: dict
       sample: {ok: true, completion_tokens: 64, seconds: 0.74, tok_s: 86.5, accept_length: 2.4, error: null}
+    trial:
+      description:
+        - The mark a sweep's trial left (M(gpufleet.sglang.sglang_launch) with O(gpufleet.sglang.sglang_launch#module:trial)):
+          the instance runs trial C(trial) (C(label)) of the sweep whose run directory is C(sweep), since C(since)
+          (when it left what it ran before the sweep; C(started) is this trial's start), and C(before) says what it
+          ran before the sweep (C(running), C(speculative), C(label)). Null when it runs no trial.
+        - A relaunch without O(gpufleet.sglang.sglang_launch#module:trial) (C(relaunch.yml), the end of the sweep)
+          clears it; C(ansible-playbook gpufleet.sglang.tune -e run_dir=<sweep> -e restore_only=true) gives the
+          instance back what it ran before the sweep.
+      type: dict
+      sample:
+        sweep: /srv/tune-runs/sweep-1
+        trial: 'EAGLE3-3-1-4@default#2'
+        label: EAGLE3 3/1/4
+        since: '2025-01-31T10:12:44+00:00'
+        started: '2025-01-31T10:20:02+00:00'
+        before: {running: true, label: EAGLE3 2/1/3, speculative: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}}
     error:
       description: Why the instance could not be read (an unreadable state file); null otherwise.
       type: str
@@ -255,6 +272,7 @@ class InstanceReader:
             gen_throughput=None,
             server_info=None,
             smoke=None,
+            trial=None,
             error=None,
         )
         state, out['error'] = read_instance(instance)
@@ -273,6 +291,7 @@ class InstanceReader:
             started_at=state.get('started_at'),
             seconds_to_ready=state.get('seconds_to_ready'),
             pid=state.get('pid') if running else None,
+            trial=state.get('trial') or None,
         )
         if not running or not instance.probe_url(state):
             return out

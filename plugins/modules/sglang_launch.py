@@ -24,7 +24,8 @@ description:
     M(gpufleet.sglang.gpu_wait_clean), starts the new server, waits until it really serves, reads
     C(/server_info) back to check the speculative parameters SGLang resolved, and runs a smoke
     generation with its gate when asked (O(instances[].smoke_max_tokens)).
-  - A configuration that passes all of that is recorded as the instance's last known good one. With
+  - A configuration that passes all of that is recorded as the instance's last known good one (a sweep's
+    trial, O(trial), never is: it leaves a mark in the state instead). With
     O(rollback=true), a new configuration that fails to start, to serve, to resolve the asked parameters
     or to pass the smoke gate is replaced by the last known good one, which is verified serving again; the
     instance's result says C(rolled back) and why, and the task fails.
@@ -281,6 +282,31 @@ options:
     description: The prompt of the smoke generation.
     type: str
     default: Explain speculative decoding in one paragraph.
+  trial:
+    description:
+      - Marks this relaunch as a trial of a sweep (C(playbooks/tune.yml) sets it). Before anything is touched, the
+        state of each instance records the mark C(trial) (RV(instances[].trial)), with what the instance ran
+        before the sweep (C(before), kept from trial to trial); a successful trial is never recorded as the last
+        known good configuration, so a later rollback goes back to what ran before the sweep, not to a trial.
+      - Any call without O(trial) that acts on the instance clears the mark (RV(instances[].replaced_trial)); an
+        instance that carries a mark is relaunched by such a call even when its configuration is the same, so that
+        what runs is verified by that call and recorded as good. A stop clears it too.
+      - M(gpufleet.sglang.sglang_info) returns the mark, C(status.yml) and C(relaunch.yml) name it, and the next
+        C(tune.yml) with the same run directory gives the instance back what it ran before the sweep first.
+      - Refused with O(state=stopped).
+    type: dict
+    suboptions:
+      sweep:
+        description: The sweep, by its run directory on the controller.
+        type: str
+        required: true
+      trial:
+        description: The trial's id within the sweep.
+        type: str
+        required: true
+      label:
+        description: The trial's parameters in words, for the messages that name the mark.
+        type: str
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -461,6 +487,23 @@ instances:
       description: Accept length of the smoke generation; null when none ran or without speculative decoding.
       type: float
       sample: 2.4
+    trial:
+      description: The mark of the sweep's trial this task records in the instance's state (with O(trial)); null
+        otherwise. C(sweep), C(trial), C(label), C(since) (when the instance left what it ran before the sweep),
+        C(started) (this trial), C(before) (C(running), C(speculative), C(label) of what ran before the sweep).
+      type: dict
+      sample:
+        sweep: /srv/tune-runs/sweep-1
+        trial: 'EAGLE3-3-1-4@default#2'
+        label: EAGLE3 3/1/4
+        since: '2025-01-31T10:12:44+00:00'
+        started: '2025-01-31T10:20:02+00:00'
+        before: {running: true, label: EAGLE3 2/1/3, speculative: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}}
+    replaced_trial:
+      description: The mark of a sweep's trial that this task (without O(trial)) found and cleared, or would clear in
+        check mode; null when none.
+      type: dict
+      sample: null
     rolled_back:
       description: Whether the instance was rolled back to its last known good configuration.
       type: bool
@@ -549,6 +592,10 @@ def main() -> None:
             gpu_clean_timeout=dict(type='float', default=120),
             max_used_mib=dict(type='int', default=64),
             smoke_prompt=dict(type='str', default=SMOKE_PROMPT),
+            trial=dict(
+                type='dict',
+                options=dict(sweep=dict(type='str', required=True), trial=dict(type='str', required=True), label=dict(type='str')),
+            ),
         ),
         supports_check_mode=True,
     )
