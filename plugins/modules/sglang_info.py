@@ -195,8 +195,9 @@ instances:
           trial C(trial) (C(label)) of the sweep whose run directory is C(sweep), since C(since)
           (when it left what it ran before the sweep; C(started) is this trial's start), and C(before) says what it
           ran before the sweep (C(running), C(speculative), C(label)). Null when it runs no trial.
-        - A relaunch without that option (C(relaunch.yml), the end of the sweep) clears it; C(ansible-playbook gpufleet.sglang.tune -e run_dir=<sweep> -e restore_only=true) gives the
-          instance back what it ran before the sweep.
+        - A relaunch without that option (C(relaunch.yml), the end of the sweep) clears it;
+          C(ansible-playbook gpufleet.sglang.tune -e run_dir=<sweep> -e restore_only=true) gives the instance back
+          what it ran before the sweep.
       type: dict
       sample:
         sweep: /srv/tune-runs/sweep-1

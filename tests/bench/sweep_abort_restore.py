@@ -171,10 +171,7 @@ def main() -> None:
     print()
     print('%-14s %8s %10s %10s %12s %14s %10s' % ('way out', 'rc', 'exit (s)', 'lock (s)', 'trial gone', 'EAGLE 2/1/3', 'end (s)'))
     for row in rows:
-        print(
-            '%-14s %8s %10s %10s %12s %14s %10s'
-            % (row['way'], row['rc'], row['exit'], row['lock'], row['trial_gone'], row['restored'], row['end'])
-        )
+        print('%-14s %8s %10s %10s %12s %14s %10s' % (row['way'], row['rc'], row['exit'], row['lock'], row['trial_gone'], row['restored'], row['end']))
 
 
 if __name__ == '__main__':
