@@ -56,7 +56,7 @@ lint: collection
 integration: collection
 	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
 
-# Bad inputs refused before anything stops, faults survived, secrets kept: prints its counts at the end.
+# Bad inputs refused before anything stops, faults survived, secrets kept: prints its counts per surface at the end.
 reliability: collection
 	python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests/reliability
 

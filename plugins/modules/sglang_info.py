@@ -191,13 +191,13 @@ instances:
       sample: {ok: true, completion_tokens: 64, seconds: 0.74, tok_s: 86.5, accept_length: 2.4, error: null}
     trial:
       description:
-        - The mark a sweep's trial left (M(gpufleet.sglang.sglang_launch) with O(gpufleet.sglang.sglang_launch#module:trial)):
-          the instance runs trial C(trial) (C(label)) of the sweep whose run directory is C(sweep), since C(since)
+        - The mark a sweep's trial left (M(gpufleet.sglang.sglang_launch) with its option C(trial)); the instance runs
+          trial C(trial) (C(label)) of the sweep whose run directory is C(sweep), since C(since)
           (when it left what it ran before the sweep; C(started) is this trial's start), and C(before) says what it
           ran before the sweep (C(running), C(speculative), C(label)). Null when it runs no trial.
-        - A relaunch without O(gpufleet.sglang.sglang_launch#module:trial) (C(relaunch.yml), the end of the sweep)
-          clears it; C(ansible-playbook gpufleet.sglang.tune -e run_dir=<sweep> -e restore_only=true) gives the
-          instance back what it ran before the sweep.
+        - A relaunch without that option (C(relaunch.yml), the end of the sweep) clears it;
+          C(ansible-playbook gpufleet.sglang.tune -e run_dir=<sweep> -e restore_only=true) gives the instance back
+          what it ran before the sweep.
       type: dict
       sample:
         sweep: /srv/tune-runs/sweep-1

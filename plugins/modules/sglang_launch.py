@@ -25,7 +25,7 @@ description:
     C(/server_info) back to check the speculative parameters SGLang resolved, and runs a smoke
     generation with its gate when asked (O(instances[].smoke_max_tokens)).
   - A configuration that passes all of that is recorded as the instance's last known good one (a sweep's
-    trial, O(trial), never is: it leaves a mark in the state instead). With
+    trial, O(trial), never is; it leaves a mark in the state instead). With
     O(rollback=true), a new configuration that fails to start, to serve, to resolve the asked parameters
     or to pass the smoke gate is replaced by the last known good one, which is verified serving again; the
     instance's result says C(rolled back) and why, and the task fails.

@@ -20,6 +20,10 @@ import shlex
 CONTEXTS = ('status', 'relaunch', 'resume', 'restore')
 
 
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def speculative_label(speculative) -> str:
     """'EAGLE 2/1/3', or 'no speculation'."""
     spec = speculative if isinstance(speculative, dict) else {}
@@ -29,7 +33,7 @@ def speculative_label(speculative) -> str:
 
 
 def before_label(mark: dict) -> str:
-    before = mark.get('before') if isinstance(mark.get('before'), dict) else {}
+    before = _dict(mark.get('before'))
     if before.get('label'):
         return str(before['label'])
     if not before.get('running'):
@@ -147,9 +151,11 @@ def tune_summary(
             )
             problems.append('%s was lost during the run' % host)
             continue
-        now = end.get('now') if isinstance(end.get('now'), dict) else {}
-        goal = end.get('goal') if isinstance(end.get('goal'), dict) else None
+        now = _dict(end.get('now'))
+        found_goal = end.get('goal')
+        goal = found_goal if isinstance(found_goal, dict) else None
         words = [_now_text(now)]
+        goal_text = ''
         if goal is not None:
             goal_text = '%s, %s' % (goal.get('what'), speculative_label(goal.get('speculative')) if goal.get('running') else 'stopped')
         if goal is None:
@@ -167,7 +173,7 @@ def tune_summary(
                 wanted = 'serve %s' % speculative_label(goal.get('speculative')) if should_run else 'be stopped'
                 words.append('but it should %s (%s)' % (wanted, goal.get('what')))
                 problems.append('%s does not %s (%s): it %s' % (host, wanted, goal.get('what'), _now_text(now)))
-        mark = now.get('trial') if isinstance(now.get('trial'), dict) else None
+        mark = _dict(now.get('trial'))
         if mark and not check_mode:
             words.append('it still carries the mark: %s' % mark_text(host, now.get('name'), mark))
             problems.append('%s still runs trial %s of sweep %s' % (host, mark.get('trial'), mark.get('sweep')))

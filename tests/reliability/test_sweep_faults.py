@@ -215,6 +215,11 @@ def test_ctrl_c_after_the_first_trial_leaves_a_mark_that_status_relaunch_and_res
     restored(server)
     assert any(line.startswith('node-0: serves EAGLE 2/1/3') for line in summary(back.stdout)), summary(back.stdout)
     done = len((run_dir / 'trials.jsonl').read_text().splitlines())
+    # Again: nothing runs a trial now, so nothing is touched.
+    pid = server.pid
+    twice = playbook(one['inventory'], 'tune.yml', '-e', 'run_dir=%s' % run_dir, '-e', 'restore_only=true', timeout=300)
+    assert twice.returncode == 0 and recap(twice.stdout)['node-0']['changed'] == 0, twice.stdout[-3000:]
+    assert server.pid == pid and any('left alone (it runs no trial of this sweep)' in line for line in summary(twice.stdout))
 
     # The same run directory again resumes: only the trials left, and the host ends as it was.
     again = playbook(one['inventory'], 'tune.yml', '-e', '@%s' % sweep, '-e', 'run_dir=%s' % run_dir, timeout=400)
@@ -277,3 +282,7 @@ def test_a_host_lost_mid_sweep_the_others_are_restored_and_the_summary_says_so(f
     assert three['servers'][lost.name].state['trial']['sweep'] == str(run_dir)
     status = playbook(three['inventory'], 'status.yml')
     assert 'node-1: instance llama runs trial' in status.stdout, status.stdout[-3000:]
+    # relaunch.yml, the other way out: the inventory's configuration, the mark gone.
+    back = playbook(three['inventory'], 'relaunch.yml', '-e', 'target=node-1')
+    assert back.returncode == 0 and 'this relaunch replaces it' in back.stdout, back.stdout[-3000:]
+    restored(three['servers'][lost.name])

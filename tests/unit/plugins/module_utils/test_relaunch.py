@@ -124,6 +124,15 @@ BAD = {
         r'^instance llama: gpus: GPU 0 is held by pid 4242, 1000 MiB, which is no server of this task',
     ),
     'a port held by someone else': ([instance()], {}, {}, {PORT: (True, [4243])}, r'^instance llama: port: 31000 is already in use by another process'),
+    'a trial with state stopped': ([instance()], dict(state='stopped', trial=dict(sweep='/runs/s1', trial='t#1')), {}, {}, r'^trial: a trial is a relaunch'),
+    'a trial without its sweep': ([instance()], dict(trial=dict(sweep=' ', trial='t#1')), {}, {}, r'^trial.sweep: is required'),
+    'a trial id with a newline': (
+        [instance()],
+        dict(trial=dict(sweep='/runs/s1', trial='t\n#1')),
+        {},
+        {},
+        r"^trial.trial: 't\\n#1' contains a control character",
+    ),
     'a port held out of sight': (
         [instance()],
         {},
@@ -180,7 +189,17 @@ class FakeSupervisor:
         raise LaunchError('this test starts nothing')
 
 
-# id: (state option, stored state: None or {hash: same|other, marker: bool}, running, leftovers, /health, action)
+# The mark a sweep's trial leaves in the state (sglang_launch's trial option).
+MARK = dict(
+    sweep='/runs/s1',
+    trial='EAGLE-3-1-4@default#1',
+    label='EAGLE 3/1/4',
+    since='2026-01-01T00:00:00+00:00',
+    started='2026-01-01T00:05:00+00:00',
+    before=dict(running=True, speculative=dict(algorithm='EAGLE', num_steps=2, eagle_topk=1, num_draft_tokens=3), label='EAGLE 2/1/3'),
+)
+
+# id: (state option, stored state: None or {hash: same|other, marker: bool, trial: bool}, running, leftovers, /health, action)
 DECISIONS = {
     'nothing recorded: start': ('started', None, False, False, None, 'start'),
     'recorded, not running: start': ('started', dict(hash='same'), False, False, None, 'start'),
@@ -194,6 +213,8 @@ DECISIONS = {
     'stopped, running: stop': ('stopped', dict(hash='same'), True, False, 200, 'stop'),
     'stopped, orphans left: stop': ('stopped', dict(hash='same'), False, True, None, 'stop'),
     'stopped, nothing left: nothing': ('stopped', dict(hash='same'), False, False, None, 'nothing'),
+    'a trial runs, a call without trial: relaunch even when the same': ('started', dict(hash='same', trial=True), True, False, 200, 'relaunch'),
+    'a trial ran, stopped, a call without trial: start': ('started', dict(hash='same', trial=True), False, False, None, 'start'),
 }
 WORDING = {'start': 'would start', 'relaunch': 'would relaunch', 'stop': 'would stop', 'unchanged': 'unchanged', 'nothing': 'unchanged'}
 
@@ -217,6 +238,8 @@ def recorded_host(fake_host, monkeypatch, stored, running, leftovers, health) ->
         )
         if stored.get('marker'):
             state['relaunch'] = dict(pid=99999, started='2026-01-01T00:00:00+00:00', phase='wait until ready')
+        if stored.get('trial'):
+            state['trial'] = dict(MARK)
         os.makedirs(fake_host.state_dir, mode=0o700)
         with open(os.path.join(fake_host.state_dir, 'llama.json'), 'w', encoding='utf-8') as handle:
             json.dump(state, handle)
@@ -289,3 +312,65 @@ def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, 
     assert [config['port'] for config in replaced] == [PORT]  # validated, then on its way to start
     # no NVML session opened or shut down meanwhile, every call made holding the shared lock
     assert pynvml.calls == sessions and under_lock and all(under_lock), (pynvml.calls, under_lock)
+
+
+def state_file(fake_host) -> dict:
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def test_a_trial_marks_the_state_with_what_ran_before_and_leaves_last_good_alone(fake_host, monkeypatch):
+    """A trial whose configuration runs already (state started): only the mark is written, changed once; the plan of
+    a call without trial then names the mark it would clear and relaunches."""
+    supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
+    stored = state_file(fake_host)
+    stored['last_good'] = dict(params=dict(name='llama'), config_hash='before the sweep', recorded_at='2026-01-01T00:00:00+00:00')
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), 'w', encoding='utf-8') as handle:
+        json.dump(stored, handle)
+    monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: [self.run_one(self.specs[0])])
+    trial = dict(sweep='/runs/s1', trial='baseline@default#1', label='baseline')
+
+    plan = fake_host.relaunch([instance()], check_mode=True, trial=trial).run()
+    assert plan['instances'][0]['trial']['trial'] == 'baseline@default#1' and 'trial' not in state_file(fake_host)
+
+    first = fake_host.relaunch([instance()], trial=trial).run()
+    row = first['instances'][0]
+    assert (first['changed'], row['result']) == (True, 'unchanged'), row
+    mark = state_file(fake_host)['trial']
+    assert (mark['sweep'], mark['trial'], mark['label'], mark['before']['label'], mark['before']['running']) == (
+        '/runs/s1',
+        'baseline@default#1',
+        'baseline',
+        'no speculation',
+        True,
+    )
+    assert state_file(fake_host)['last_good']['config_hash'] == 'before the sweep'
+
+    again = fake_host.relaunch([instance()], trial=trial).run()
+    assert again['changed'] is False and state_file(fake_host)['trial']['since'] == mark['since']
+
+    cleared = fake_host.relaunch([instance()], check_mode=True).run()['instances'][0]
+    assert (cleared['result'], cleared['replaced_trial']['trial'], cleared['trial']) == ('would relaunch', 'baseline@default#1', None)
+    assert supervisor.calls == []
+
+
+@pytest.mark.parametrize(
+    'old, sweep, before_label, keeps_since',
+    [
+        pytest.param(None, '/runs/s1', 'EAGLE 2/1/3', False, id='first trial: what runs now is what ran before'),
+        pytest.param(MARK, '/runs/s1', 'EAGLE 2/1/3', True, id='next trial: the mark keeps before and since'),
+        pytest.param(dict(MARK, sweep='/runs/s0'), '/runs/s1', 'EAGLE 2/1/3', False, id='another sweep: before kept, since anew'),
+    ],
+)
+def test_trial_mark(old, sweep, before_label, keeps_since):
+    state = dict(config=dict(speculative=MARK['before']['speculative']), config_hash='h')
+    if old:
+        state['trial'] = old
+    mark = relaunch.trial_mark(dict(sweep=sweep, trial='t#2', label=None), state, True)
+    assert (mark['sweep'], mark['trial'], mark['label'], mark['before']['label']) == (sweep, 't#2', None, before_label)
+    assert (mark['since'] == MARK['since']) is keeps_since
+
+
+def test_trial_mark_of_a_stopped_instance():
+    mark = relaunch.trial_mark(dict(sweep='/runs/s1', trial='t#1'), None, False)
+    assert mark['before'] == dict(running=False, speculative=None, config_hash=None, label='not running')
