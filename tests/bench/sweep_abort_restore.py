@@ -155,7 +155,7 @@ def one(root: Path, way: str, startup: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--startup', type=float, default=0.2, help="the simulated server's load time, seconds")
     parser.add_argument('--runs', type=int, default=1)
     parser.add_argument('--ways', nargs='+', default=['relaunch', 'rerun', 'restore_only'])
