@@ -512,9 +512,15 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         # apply was false: every host serves what it served before (a fresh server, verified by the sweep).
         assert all(state(hvars)['config']['speculative']['num_steps'] == 2 and server_pid(hvars) for hvars in hosts.values())
 
-        # The same run directory answered (a path exposed to jobs keeps it), with apply: the sweep resumes,
-        # measures nothing again, and the fleet serves the winner.
-        applied = launch(jobs / 'tune-apply', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='true'), hosts)
+        # The same run directory answered (a path exposed to jobs keeps it), with apply: the sweep resumes and
+        # measures nothing again; two runs per point give no interval, so apply=true applies nothing and says why.
+        kept = launch(jobs / 'tune-apply', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='true'), hosts)
+        assert kept.status == 'successful' and kept.rc == 0, kept.failures() or kept.stdout[-5000:]
+        assert 'resuming: 8 trials already done' in kept.stdout, kept.stdout[-5000:]
+        assert 'apply: nothing is applied, because' in ' '.join(kept.stdout.split()), kept.stdout[-5000:]
+        assert all(state(hvars)['config']['speculative']['num_steps'] == 2 for hvars in hosts.values())
+        # apply=force applies the winner all the same: the fleet serves it.
+        applied = launch(jobs / 'tune-force', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='force'), hosts)
         assert applied.status == 'successful' and applied.rc == 0, applied.failures() or applied.stdout[-5000:]
         assert 'resuming: 8 trials already done' in applied.stdout, applied.stdout[-5000:]
         assert len((run_dir / 'trials.jsonl').read_text().splitlines()) == 8

@@ -82,7 +82,8 @@ def test_the_role_runs_the_router_under_systemd_behind_its_key(host, tmp_path):
     assert in_container(host, "http://127.0.0.1:29000/metrics") == 200
 
     unit = tc.cexec(host, "cat /etc/systemd/system/sglang-router.service").stdout
-    assert API_KEY not in unit and "--health-check-interval-secs 5" in unit and "--health-failure-threshold 2" in unit, unit
+    # ExecStart= quotes every word for systemd.
+    assert API_KEY not in unit and '"--health-check-interval-secs" "5"' in unit and '"--health-failure-threshold" "2"' in unit, unit
     pid = tc.cexec(host, "systemctl show -p MainPID --value sglang-router.service").stdout.strip()
     user = tc.cexec(host, f"stat -c %U /proc/{pid}").stdout.strip()
     assert user == "sglang-router", user
