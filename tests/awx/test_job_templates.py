@@ -171,8 +171,9 @@ def test_tune_survey_asks_for_the_grid_and_the_benchmark():
         assert question(RELAUNCH, variable)['min'] <= numbers[0] and numbers[-1] <= question(RELAUNCH, variable)['max'], variable
     assert question(TUNE, 'draft_tokens')['choices'][0] == 'auto'
     assert [int(c) for c in question(TUNE, 'benchmark_concurrency')['choices']] == [2**n for n in range(9)]
-    for variable in ('adaptive', 'apply'):
-        assert question(TUNE, variable)['default'] == 'false' and question(TUNE, variable)['choices'] == ['false', 'true']
+    # apply also takes force: any winner, even one the measurements cannot tell from the baseline.
+    for variable, choices in (('adaptive', ['false', 'true']), ('apply', ['false', 'true', 'force'])):
+        assert question(TUNE, variable)['default'] == 'false' and question(TUNE, variable)['choices'] == choices
     # A multiselect answer is a list of choices; AWX refuses anything else.
     with pytest.raises(SurveyRefused) as refused:
         launch_extra_vars(TUNE, dict(steps='3'))
