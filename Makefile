@@ -6,7 +6,7 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
 
-.PHONY: bootstrap collection demo test sanity units compat integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
+.PHONY: bootstrap collection demo simfleet simfleet-down test sanity units compat integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -16,6 +16,15 @@ collection: bootstrap
 
 demo: bootstrap
 	python tests/demo/fleet_relaunch_demo.py
+
+# Simulated GPU hosts and an inventory for trying the playbooks by hand (docs/try-it.md).
+HOSTS ?= 3
+DIR ?= $(HOME)/simfleet
+simfleet: bootstrap
+	python tests/tools/simfleet.py up --dir $(DIR) --hosts $(HOSTS) $(if $(ROUTER),--router)
+
+simfleet-down: bootstrap
+	python tests/tools/simfleet.py down --dir $(DIR)
 
 test: sanity units compat lint integration reliability contract containers molecule awx ee
 	@echo "all test tiers passed"
@@ -96,6 +105,7 @@ bench: collection
 
 bench-relaunch: bootstrap
 	python tests/bench/relaunch_vs_manual.py --hosts 1 4 16
+	python tests/bench/relaunch_vs_manual.py --hosts 1 --startup 3 --release 1
 
 # A rolling relaunch behind the real sglang-router 0.3.2 under load: failures, latency before and during, drain/down/ready per host.
 .PHONY: bench-roll

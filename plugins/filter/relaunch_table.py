@@ -20,7 +20,9 @@ description:
   - When the relaunch ran behind sglang-router (an instance's row has C(router), which the
     gpufleet.sglang.sglang_router role adds), two columns come before the result, C(DRAIN (s)), the seconds
     from the instance's removal from its routers until it had no request left, and C(SERVED (req)), the
-    requests its routers sent it, and it finished well, from the preflight to the end of the roll.
+    requests its routers sent it, and it finished well, from the preflight to the end of the roll, or
+    C(no traffic to prove routing) when its routers were sent no request at all during the roll (it went back
+    without waiting for one).
     Without a router the table is as above.
   - Why an instance was rolled back or failed follows on lines of its own.
   - A host without a report (it failed before its turn, or the rollout stopped) gets a row saying so.
@@ -77,7 +79,9 @@ def _router_cells(row: dict) -> tuple[str, ...]:
     router = row.get('router')
     if not isinstance(router, dict):
         router = {}
-    return _cells(row) + (number(router.get('drain_seconds'), 1), number(router.get('served'), 0))
+    # Back in its routers without waiting for a request that an idle fleet would never send.
+    served = 'no traffic to prove routing' if router.get('no_traffic') is True else number(router.get('served'), 0)
+    return _cells(row) + (number(router.get('drain_seconds'), 1), served)
 
 
 def _behind_router(reports) -> bool:

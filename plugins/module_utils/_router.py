@@ -191,6 +191,13 @@ class Router:
         return found
 
 
+def traffic(counters: dict[str, dict]) -> int | None:
+    """Requests a router has sent all its workers (finished, and in flight); None without its metrics."""
+    if not counters:
+        return None
+    return sum(entry['requests'] + entry['active'] for entry in counters.values())
+
+
 def worker_load(url: str, api_key: str | None, timeout: float) -> int | None:
     """Requests running or waiting on an SGLang server (every data-parallel rank); None when it does not answer.
 
@@ -281,6 +288,12 @@ class Membership:
         self.join_timeout = check_number(params['join_timeout'], 'join_timeout', 0)
         self.routed_timeout = check_number(params['routed_timeout'], 'routed_timeout', 0)
         self.remove_timeout = check_number(params['remove_timeout'], 'remove_timeout', 0.1)
+        self.traffic_since: dict[str, int] = {}
+        for url, count in (params.get('traffic_since') or {}).items():
+            key = normalize_url(url, 'traffic_since')
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise RouterError('traffic_since[%s]: %r is not a count of requests (an integer, at least 0)' % (url, count))
+            self.traffic_since[key] = count
 
     # ------------------------------------------------------------ reading
 
@@ -327,6 +340,7 @@ class Membership:
                     ],
                     healthy=sorted({w['key'] for w in seen['workers'] if w['healthy']}),
                     others=sorted({w['key'] for w in seen['workers']} - keys),
+                    requests=traffic(seen['counters']),
                 )
             )
         return routers
@@ -551,7 +565,14 @@ class Membership:
             router.add(worker['key'], worker['api_key'])
         by_key = dict((row['url'], row) for row in rows)
         self._wait_healthy(todo, by_key, added_at)
-        self._wait_routed(todo, by_key, added_at, baseline)
+        idle = [] if self.params['require_routed'] else self._idle(todo, baseline)
+        if idle:
+            # Nothing came in since traffic_since: waiting routed_timeout for a request would prove nothing.
+            for key in {w['key'] for w, _r in todo}:
+                by_key[key]['no_traffic'] = True
+            result['no_traffic'] = idle
+        else:
+            self._wait_routed(todo, by_key, added_at, baseline)
         final = dict((r.url, dict(counters=r.counters())) for r in self.routers)
         for row in rows:
             row['served'] = self._served(final, row['url'])
@@ -578,6 +599,18 @@ class Membership:
                     % (self.join_timeout, ', '.join('%s in %s' % (k, r) for r, k in sorted(pending)))
                 )
             time.sleep(self.poll)
+
+    def _idle(self, todo, baseline: dict) -> list[str]:
+        """The routers of `todo` when none of them was sent a request since traffic_since (and none is in flight);
+        [] when any was, when a router has no metrics or no count in traffic_since, or without traffic_since."""
+        urls = sorted({router.url for _w, router in todo})
+        if not self.traffic_since or not all(url in self.traffic_since for url in urls):
+            return []
+        for url in urls:
+            now = traffic(baseline.get(url) or {})
+            if now is None or now != self.traffic_since[url]:
+                return []
+        return urls
 
     def _wait_routed(self, todo, by_key: dict, added_at: float, baseline: dict) -> None:
         """Proof that the router sends it requests: its counter in the router's metrics rises (or it has

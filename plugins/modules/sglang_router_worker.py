@@ -143,6 +143,16 @@ options:
       - V(false) (for fleets that may be idle) only warns and reports RV(workers[].routed) false.
     type: bool
     default: false
+  traffic_since:
+    description:
+      - With O(state=present), router URL to the requests it had sent all its workers at an earlier read (the
+        RV(routers[].requests) of that read, for example the check before a rolling relaunch).
+      - When every router a worker is added to has sent no request since (its count is the same and nothing is
+        in flight), no client is there to prove the routing with, so the module does not wait
+        O(routed_timeout); the worker's RV(workers[].no_traffic) says so and RV(workers[].routed) stays null.
+      - A router missing from it, or one without O(routers[].metrics_url), is waited for as without it; so is every
+        router with O(require_routed=true), which asks for proof.
+    type: dict
   poll_interval:
     description: Seconds between two reads while waiting (of the router's list, its metrics or the worker's load).
     type: float
@@ -255,6 +265,12 @@ workers:
       description: With O(state=present), seconds from the addition until the first request was seen.
       type: float
       sample: 0.77
+    no_traffic:
+      description: With O(state=present) and O(traffic_since), true when its routers were sent no request at all
+        since then, so that its routing was not waited for.
+      type: bool
+      returned: when the routers saw no traffic
+      sample: true
     put_back:
       description: With O(state=absent), after a failure that followed its removal, whether it was put back into
         every router it had been removed from.
@@ -295,11 +311,23 @@ routers:
       type: list
       elements: str
       sample: [http://gpu-a.example.com:30000]
+    requests:
+      description: Requests it had sent all its workers (finished, and in flight), from its metrics; null
+        without O(routers[].metrics_url). What O(traffic_since) takes.
+      type: int
+      sample: 4210
     others:
       description: The workers it lists that are not among O(workers).
       type: list
       elements: str
       sample: [http://gpu-b.example.com:30000]
+no_traffic:
+  description: With O(state=present) and O(traffic_since), the routers that were sent no request since then (the
+    routing of the added workers was not waited for).
+  returned: when the routers saw no traffic
+  type: list
+  elements: str
+  sample: [http://lb-1.example.com:30080]
 put_back:
   description: With O(state=absent), after a failure that followed a removal, the workers put back, each with
     the router (C(url), C(router)).
@@ -360,6 +388,7 @@ def main() -> None:
             join_timeout=dict(type='float', default=60),
             routed_timeout=dict(type='float', default=30),
             require_routed=dict(type='bool', default=False),
+            traffic_since=dict(type='dict'),
             poll_interval=dict(type='float', default=0.25),
             http_timeout=dict(type='float', default=5),
         ),

@@ -82,7 +82,9 @@ class Job:
 
     def table(self, header: str = 'HOST') -> list[str]:
         """The lines of the last table (a debug msg list) whose first line starts with header."""
-        tables = [m for m in self.debug_messages() if isinstance(m, list) and m and str(m[0]).startswith(header)]
+        # The project's ansible.cfg prints YAML results: a table is one string of lines (gpufleet.sglang.text_block).
+        messages = [m.splitlines() if isinstance(m, str) else m for m in self.debug_messages()]
+        tables = [m for m in messages if isinstance(m, list) and m and str(m[0]).startswith(header)]
         return tables[-1] if tables else []
 
     def failures(self) -> str:

@@ -166,11 +166,11 @@ class Fleet:
             check=False,
         )
 
-    def relaunch(self, steps: int, profile: bool = False) -> tuple[float, float, str]:
+    def relaunch(self, steps: int, *extra: str, profile: bool = False) -> tuple[float, float, str]:
         """Wall seconds, CPU seconds of the ansible-playbook tree, its output."""
         cpu = children_cpu()
         start = time.monotonic()
-        out = self.playbook('relaunch.yml', '-e', 'steps=%d' % steps, '-e', 'batch=%d' % self.count, profile=profile)
+        out = self.playbook('relaunch.yml', '-e', 'steps=%d' % steps, '-e', 'batch=%d' % self.count, *extra, profile=profile)
         wall = time.monotonic() - start
         cpu = children_cpu() - cpu
         if out.returncode != 0:
@@ -272,6 +272,11 @@ class Fleet:
         if len(starts) < len(new) or set(old) & set(new):
             raise SystemExit('relaunch.yml returned, but not every host has a new server running: old pids %s, new %s' % (old, new))
         new_pids = [pid for pid in new if pid]  # every one of them, after the check above
+        # The same parameters again: nothing to relaunch (every row must say unchanged), then the dry run.
+        noop_wall, noop_cpu, dummy_out = self.relaunch(3)
+        if self.server_pids() != new:
+            raise SystemExit('relaunch.yml -e steps=3 a second time relaunched something (pids %s, then %s)' % (new, self.server_pids()))
+        check_wall = self.relaunch(2, '--check', '--diff')[0]
         row = dict(
             wall=wall,
             cpu_per_host=cpu / self.count,
@@ -280,6 +285,9 @@ class Fleet:
             new_running=sum(1 for pid in new_pids if alive(pid)),
             profile=parse_profile(out) if self.options.profile else None,
             profile_wall=wall,
+            noop=noop_wall,
+            noop_cpu_per_host=noop_cpu / self.count,
+            check=check_wall,
         )
         row['manual_parallel'] = self.manual(parallel=True)
         # The manual loop kills by command line: make sure it did kill what relaunch.yml started.
@@ -293,7 +301,8 @@ class Fleet:
 
 
 def median_row(runs: list[dict]) -> dict:
-    row = {key: statistics.median(run[key] for run in runs) for key in ('wall', 'cpu_per_host', 'spread', 'manual_parallel', 'manual_serial')}
+    keys = ('wall', 'cpu_per_host', 'spread', 'manual_parallel', 'manual_serial', 'noop', 'noop_cpu_per_host', 'check')
+    row = {key: statistics.median(run[key] for run in runs) for key in keys}
     row['old_parents'] = sorted({p for run in runs for p in run['old_parents']})
     row['new_running'] = min(run['new_running'] for run in runs)
     row['profile'], row['profile_wall'] = runs[-1]['profile'], runs[-1]['profile_wall']
@@ -334,6 +343,10 @@ def report(rows: dict[int, dict], options: argparse.Namespace) -> None:
                 row['wall'] / row['manual_serial'],
             )
         )
+    print('\nthe same fleet, nothing to change: relaunch.yml -e steps=3 once more (every row unchanged), and --check --diff -e steps=2')
+    print('%-5s %12s %14s %14s %12s' % ('hosts', 'no-op s', 'no-op s/host', 'CPU s/host', '--check s'))
+    for count, row in rows.items():
+        print('%-5d %12.1f %14.2f %14.2f %12.1f' % (count, row['noop'], row['noop'] / count, row['noop_cpu_per_host'], row['check']))
     parents = sorted({p for row in rows.values() for p in row['old_parents']})
     running = all(row['new_running'] == count for count, row in rows.items())
     print(

@@ -53,7 +53,7 @@ def step(title: str, command: list[str]) -> int:
     print('\n### %s\n$ %s' % (title, ' '.join(command)), flush=True)
     start = time.monotonic()
     # Deprecation warnings on: the collection's playbooks must print none (tests/integration/test_demo.py).
-    rc = subprocess.run(command, env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True'), check=False).returncode
+    rc = subprocess.run(command, env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS='True', ANSIBLE_CALLBACK_RESULT_FORMAT='yaml'), check=False).returncode
     print('### %s: exit %d after %.1fs' % (title, rc, time.monotonic() - start), flush=True)
     return rc
 

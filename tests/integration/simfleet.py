@@ -38,6 +38,9 @@ _ONELINE = re.compile(r'^(\S+) \| ([A-Z!]+)(?: \| rc=\d+)? => (\{.*\})$')
 
 def ansible_env(**extra) -> dict:
     env = dict(os.environ)
+    # The repository's ansible.cfg prints results as YAML (tables as text blocks, long messages wrapped over
+    # lines); tests read messages whole, as JSON prints them. The demo and test_demo.py show the YAML.
+    env.setdefault('ANSIBLE_CALLBACK_RESULT_FORMAT', 'json')
     env.update(
         PATH='%s:%s' % (VENV_BIN, env.get('PATH', '')),
         ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -16,3 +17,6 @@ def test_demo_relaunches_the_fleet_together_without_a_warning():
     # Both relaunches: every instance's window overlaps every other (node-a's two instances included).
     assert text.count('every window overlaps every other: True') == 2, text[-6000:]
     assert 'processes of the simulated fleet still running: none' in text
+    # The tables print as text under the repository's ansible.cfg (YAML results): the header, then rows, unquoted.
+    assert re.search(r'^ +msg: \|-\n +HOST +INSTANCE +OLD +NEW .*\n +node-a +left +', text, re.M), text[-6000:]
+    assert '"HOST ' not in text, text[-6000:]

@@ -110,6 +110,28 @@ CASES = [
         ],
         id='behind-a-router-drain-and-served',
     ),
+    pytest.param(
+        {
+            'node-a': [
+                dict(
+                    name='llama',
+                    old=dict(SPEC, num_steps=2),
+                    new=SPEC,
+                    seconds_down=4.21,
+                    seconds_to_ready=3.9,
+                    tok_s=91.34,
+                    accept_length=2.41,
+                    result='relaunched',
+                    router=dict(known=True, drain_seconds=0.0, served=0, routed=None, no_traffic=True),
+                ),
+            ],
+        },
+        [
+            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  DRAIN (s)                 SERVED (req)  RESULT',
+            'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41        0.0  no traffic to prove routing  relaunched',
+        ],
+        id='behind-an-idle-router',
+    ),
     pytest.param({}, ['HOST  INSTANCE  OLD  NEW  DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  RESULT'], id='no-host'),
 ]
 

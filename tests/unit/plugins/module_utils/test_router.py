@@ -11,6 +11,7 @@ never ends, a batch that would empty a router, a router that does not resolve.
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -354,3 +355,38 @@ def test_without_the_router_metrics_routing_is_proven_by_the_worker_load(world):
     world(listed=(B, C), loads={A: [0]}, routed_after_add=False)
     with pytest.raises(RouterError, match='no request was routed'):
         Membership(params([A], routers=[dict(url=R)], routed_timeout=0.1), False, lambda m: None).join()
+
+
+def test_an_idle_router_is_not_waited_for_and_the_worker_says_no_traffic(world):
+    fleet = world(listed=(B, C), routed_after_add=False)
+    # The preflight's read: what the router had sent all its workers (100 each, A included) then.
+    before = Membership(params([B], require_routed=False), True, lambda m: None).leave()
+    assert before['routers'][0]['requests'] == 300
+    warnings: list[str] = []
+    result = Membership(params([A], routed_timeout=3600, require_routed=False, traffic_since={R: 300}), False, warnings.append).join()
+    row = result['workers'][0]
+    assert row['healthy'] and row['added'] == [R] and row['no_traffic'] is True and row['routed'] is None
+    assert result['no_traffic'] == [R] and warnings == []
+    # The metrics were read by the two surveys, for the baseline and for the final count: no polling for a
+    # request that was never coming (routed_timeout is an hour).
+    assert [url for method, url in fleet.calls if url.startswith(M)] == [M + '/metrics'] * 4
+
+
+def test_a_router_that_was_sent_requests_during_the_roll_is_waited_for(world):
+    world(listed=(B, C), routed_after_add=False)
+    warnings: list[str] = []
+    result = Membership(params([A], routed_timeout=0.1, require_routed=False, traffic_since={R: 250}), False, warnings.append).join()
+    assert result['workers'][0]['routed'] is False and 'no_traffic' not in result['workers'][0] and 'idle fleet' in warnings[0]
+
+
+def test_routing_required_is_waited_for_even_on_an_idle_router(world):
+    world(listed=(B, C), routed_after_add=False)
+    with pytest.raises(RouterError, match='no request was routed'):
+        Membership(params([A], routed_timeout=0.1, require_routed=True, traffic_since={R: 300}), False, lambda m: None).join()
+
+
+@pytest.mark.parametrize('value', [-1, 'many', True, 1.5])
+def test_a_traffic_count_that_is_not_a_count_is_refused_naming_it(world, value):
+    world(listed=(B, C))
+    with pytest.raises(RouterError, match=r'traffic_since\[%s\]: .* is not a count of requests' % re.escape(R)):
+        Membership(params([A], traffic_since={R: value}), False, lambda m: None)
