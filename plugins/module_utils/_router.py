@@ -191,9 +191,10 @@ class Router:
         return found
 
 
-def traffic(counters: dict[str, dict]) -> int | None:
-    """Requests a router has sent all its workers (finished, and in flight); None without its metrics."""
-    if not counters:
+def traffic(counters: dict[str, dict], metrics: bool) -> int | None:
+    """Requests a router has sent all its workers (finished, and in flight); None without its metrics (a router
+    that never routed anything has no per-worker series yet: 0)."""
+    if not metrics:
         return None
     return sum(entry['requests'] + entry['active'] for entry in counters.values())
 
@@ -306,7 +307,9 @@ class Membership:
             for entry in workers:
                 if entry['health_note']:
                     self.warn('router %s, worker %s: %s' % (router.url, entry['key'], entry['health_note']))
-            found[router.url] = dict(ready=readiness['ready'], readiness=readiness['detail'], workers=workers, counters=router.counters())
+            found[router.url] = dict(
+                ready=readiness['ready'], readiness=readiness['detail'], workers=workers, counters=router.counters(), metrics=bool(router.metrics_url)
+            )
         return found
 
     def _routers_of(self, worker: dict) -> list[Router]:
@@ -340,7 +343,7 @@ class Membership:
                     ],
                     healthy=sorted({w['key'] for w in seen['workers'] if w['healthy']}),
                     others=sorted({w['key'] for w in seen['workers']} - keys),
-                    requests=traffic(seen['counters']),
+                    requests=traffic(seen['counters'], seen['metrics']),
                 )
             )
         return routers
@@ -603,14 +606,14 @@ class Membership:
     def _idle(self, todo, baseline: dict) -> list[str]:
         """The routers of `todo` when none of them was sent a request since traffic_since (and none is in flight);
         [] when any was, when a router has no metrics or no count in traffic_since, or without traffic_since."""
-        urls = sorted({router.url for _w, router in todo})
-        if not self.traffic_since or not all(url in self.traffic_since for url in urls):
+        routers = dict((router.url, router) for _w, router in todo)
+        if not self.traffic_since or not all(url in self.traffic_since for url in routers):
             return []
-        for url in urls:
-            now = traffic(baseline.get(url) or {})
+        for url, router in routers.items():
+            now = traffic(baseline.get(url) or {}, bool(router.metrics_url))
             if now is None or now != self.traffic_since[url]:
                 return []
-        return urls
+        return sorted(routers)
 
     def _wait_routed(self, todo, by_key: dict, added_at: float, baseline: dict) -> None:
         """Proof that the router sends it requests: its counter in the router's metrics rises (or it has

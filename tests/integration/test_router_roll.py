@@ -321,6 +321,36 @@ def test_a_server_the_router_does_not_route_to_fails_its_host_when_routing_is_re
     assert len(routed['router'].workers()) == 3
 
 
+def test_an_idle_fleet_is_rolled_without_waiting_for_traffic_and_a_no_op_leaves_the_router_alone(routed):
+    """No client at all: each server goes back once listed healthy, its row says there was no traffic to prove the
+    routing with, and nothing warns of a request that never came (the routed timeout is an hour: a wait would
+    show as this test's timeout). Then the same parameters again: every host is set aside after the preflight,
+    nothing leaves the router, and its rows come from the check."""
+    start(routed)
+    out = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3', '-e', 'sglang_router_routed_timeout=3600', timeout=240)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    assert not warnings(out), warnings(out)
+    rows = table(out.stdout)
+    for name, hvars in routed['vars'].items():
+        assert steps_running(hvars) == 3, name
+        row = next(r for r in rows if r.startswith(name))
+        assert row.endswith('no traffic to prove routing  relaunched'), rows
+    workers = routed['router'].workers()
+    assert len(workers) == 3 and all(w['is_healthy'] for w in workers), workers
+
+    pids = dict((name, server(v)['pid']) for name, v in routed['vars'].items())
+    again = run(routed['routed'], 'relaunch.yml', '-e', 'steps=3')
+    assert again.returncode == 0, again.stdout[-6000:] + again.stderr
+    assert not warnings(again), warnings(again)
+    rows = table(again.stdout)
+    assert [r.split()[-1] for r in rows[1:]] == ['unchanged'] * 3, rows
+    assert dict((name, server(v)['pid']) for name, v in routed['vars'].items()) == pids
+    # Set aside: no task of the rolling play ran on any host, and no router step was taken.
+    assert 'TASK [gpufleet.sglang.sglang_router : Take the servers out of their routers and drain them]' not in again.stdout
+    assert 'TASK [gpufleet.sglang.sglang_server : Relaunch the instances of the host, verified, with rollback]' not in again.stdout
+    assert all(c['changed'] == 0 for c in recap(again.stdout).values()), again.stdout[-3000:]
+
+
 def test_stop_and_reset_take_servers_out_of_their_router_first_and_never_its_last(routed):
     """stop.yml and reset.yml behind the real router: a server leaves (and drains) before it is stopped or killed,
     the summary names the router it left, and the router's last healthy servers are left serving unless asked,

@@ -390,3 +390,15 @@ def test_a_traffic_count_that_is_not_a_count_is_refused_naming_it(world, value):
     world(listed=(B, C))
     with pytest.raises(RouterError, match=r'traffic_since\[%s\]: .* is not a count of requests' % re.escape(R)):
         Membership(params([A], traffic_since={R: value}), False, lambda m: None)
+
+
+def test_a_router_that_never_routed_anything_counts_zero_not_unknown(world):
+    fleet = world(listed=(B, C), routed_after_add=False)
+    fleet.served = {}  # sglang-router has no per-worker series before its first request
+    before = Membership(params([B], require_routed=False), True, lambda m: None).leave()
+    assert before['routers'][0]['requests'] == 0
+    result = Membership(params([A], routed_timeout=3600, require_routed=False, traffic_since={R: 0}), False, lambda m: None).join()
+    assert result['workers'][0]['no_traffic'] is True
+    # Without the router's metrics nothing can be told: requests is null.
+    unknown = Membership(params([B], routers=[dict(url=R)], require_routed=False), True, lambda m: None).leave()
+    assert unknown['routers'][0]['requests'] is None
