@@ -65,6 +65,8 @@ SECRET_OPTIONS = (('api_key', 'api-key'), ('admin_api_key', 'admin-api-key'), ('
 LOCK_NAME = 'relaunch.lock'
 TIMEOUT_FIELDS = ('ready_timeout', 'ready_poll_interval', 'stop_timeout')
 SECRET_PARAMS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
+# A run of the relaunch playbook, as sglang_launch's run and undo options name it.
+RUN_LABEL_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$')
 GPU_RE = re.compile(r'^(?:[0-9]{1,3}|(?:GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$')
 # What a row of the relaunch summary says about an instance (see the relaunch_table filter).
 RESULTS = ('unchanged', 'started', 'relaunched', 'stopped', 'rolled back', 'failed')
@@ -517,6 +519,10 @@ class Relaunch:
         self.nvml: LockedNvml | None = None
         # A sweep's trial: recorded as a mark in the state, and never as the last known good configuration.
         self.trial: dict | None = params.get('trial')
+        # A run's label (kept with what each instance ran before it) and the run to undo.
+        self.run_label: str | None = params.get('run')
+        self.undo: str | None = params.get('undo')
+        self.left_alone: set = set()
 
     # ------------------------------------------------------------ validation
 
@@ -545,9 +551,11 @@ class Relaunch:
         if self.params['max_used_mib'] < 0:
             raise SpecError('max_used_mib: %s is out of range; it must be at least 0' % self.params['max_used_mib'])
         self.validate_trial()
+        self.validate_run_labels()
         self.read_states()
         if self.state == 'stopped':
             return
+        self.apply_undo()
         self.check_sglang_versions()
         try:
             with Nvml() as nvml:
@@ -580,6 +588,42 @@ class Relaunch:
                 raise SpecError('trial.%s: is required (the sweep\'s run directory and the trial\'s id)' % field)
             if value and (CONTROL_RE.search(str(value)) or len(str(value)) > TRIAL_FIELD_MAX):
                 raise SpecError('trial.%s: %r contains a control character or is longer than %d characters' % (field, str(value)[:80], TRIAL_FIELD_MAX))
+
+    def validate_run_labels(self) -> None:
+        for field in ('run', 'undo'):
+            value = self.params.get(field)
+            if value is not None and not RUN_LABEL_RE.match(str(value)):
+                raise SpecError('%s: %r is not a run label (1 to 64 letters, digits, ".", "_", ":" or "-")' % (field, str(value)[:80]))
+        if self.undo is not None and (self.state != 'started' or self.trial):
+            raise SpecError('undo: %s undoes a relaunch; it is refused with state %s%s' % (self.undo, self.state, ' and a trial' if self.trial else ''))
+
+    def apply_undo(self) -> None:
+        """With undo: each instance that run changed gets back what it ran before it (its recorded configuration, the
+        given secrets); every other instance keeps what it runs, its last known good configuration."""
+        if self.undo is None:
+            return
+        for index, spec in enumerate(self.specs):
+            state = self.states.get(spec.name) or {}
+            record = state.get('undo') or {}
+            secrets = dict((key, spec.params.get(key)) for key in SECRET_PARAMS)
+            if record.get('run') == self.undo and record.get('params'):
+                params = dict(record['params'])
+            elif record.get('run') == self.undo:
+                raise spec.error('undo: %s started it where nothing ran before; stop it instead (playbooks/stop.yml)' % self.undo)
+            else:
+                good = state.get('last_good') or {}
+                running = bool(state) and self.supervisors[spec.name].running(state)
+                if not (running and good.get('params') and good.get('config_hash') == state.get('config_hash') and not state.get('trial')):
+                    raise spec.error(
+                        'undo: run %s did not change it, and it does not run its last known good configuration to be left on'
+                        ' (relaunch it instead)' % self.undo
+                    )
+                params = dict(good['params'])
+                self.left_alone.add(spec.name)
+            params.update(secrets)
+            undone = InstanceSpec(params, self.state_dir)
+            undone.validate_basics('started')
+            self.specs[index] = undone
 
     def read_states(self) -> None:
         for spec in self.specs:
@@ -780,6 +824,8 @@ class Relaunch:
             out['diff'] = [r.pop('diff') for r in results if r.get('diff') is not None]
         for r in results:
             r.pop('diff', None)
+            if r.get('name') in self.left_alone and not r.get('message'):
+                r['message'] = 'not changed by run %s: left on its last known good configuration' % self.undo
         if bad:
             out['failed'] = True
             out['msg'] = '; '.join('instance %s %s: %s' % (r['name'], r['result'], r.get('message')) for r in bad)
@@ -805,6 +851,7 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         speculative=None,
         config=None,
         previous=(old_state or {}).get('previous'),
+        undo=undo_summary(old_state),
         seconds_down=None,
         seconds_to_ready=None,
         stopped=None,
@@ -829,6 +876,25 @@ def public(spec: InstanceSpec, state: dict | None) -> dict:
     if state:
         out.update(pid=state.get('pid'), unit=state.get('unit'))
     return out
+
+
+def undo_record(run: str | None, state: dict | None) -> dict | None:
+    """The record an undo of run `run` needs: what the instance ran before it (its last known good configuration,
+    or none when nothing ran); None without a run label."""
+    if not run:
+        return None
+    state = state or {}
+    good = state.get('last_good') or {}
+    running = (state.get('config') or {}).get('speculative') if state.get('running') else None
+    return dict(run=run, recorded_at=now(), params=good.get('params'), config_hash=good.get('config_hash'), speculative=running)
+
+
+def undo_summary(state: dict | None) -> dict | None:
+    """What an instance's undo record says, for results (no configuration, no secret)."""
+    record = (state or {}).get('undo')
+    if not record:
+        return None
+    return dict(run=record.get('run'), recorded_at=record.get('recorded_at'), speculative=record.get('speculative'), restorable=bool(record.get('params')))
 
 
 def installed_sglang(python: str, environment: dict) -> tuple[str | None, str | None]:
@@ -861,6 +927,8 @@ class InstanceRun:
         self.state = relaunch.states.get(spec.name)
         self.old = relaunch.supervisors[spec.name]
         self.params = relaunch.params
+        # What this instance ran before this call, for an undo of the run (kept once the call changes it).
+        self.undo_record = undo_record(relaunch.run_label, self.state)
         self.result: dict = {}
         self.t0 = 0.0
         self.phase: str | None = None
@@ -1074,6 +1142,9 @@ class InstanceRun:
             last_good=old.get('last_good'),
             relaunch=old.get('relaunch'),
         )
+        undo = self.undo_record or old.get('undo')
+        if undo:
+            state['undo'] = undo
         if old.get('trial'):
             state['trial'] = old['trial']
         start = time.monotonic()

@@ -307,6 +307,23 @@ options:
       label:
         description: The trial's parameters in words, for the messages that name the mark.
         type: str
+  run:
+    description:
+      - A label for this run (C(playbooks/relaunch.yml) gives every host of one run the same one). Each instance this
+        task starts, relaunches or rolls back keeps, under that label, what it ran before the task (its last known
+        good configuration; RV(instances[].undo)), so that O(undo) can give it back.
+      - 1 to 64 letters, digits, C(.), C(_), C(:) or C(-).
+    type: str
+  undo:
+    description:
+      - The label of an earlier run (O(run)) to undo. Each instance that run changed is relaunched with what it ran
+        before it, verified and rolled back like any relaunch; the configuration given in O(instances) is not used
+        but for the names and secrets. Every other instance is left on its last known good configuration (its row
+        says so).
+      - Refused before anything is touched when an instance was started by that run with nothing before it (stop
+        it instead), or was not changed by it and does not run its last known good configuration; with
+        O(state=stopped) or O(trial).
+    type: str
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -499,6 +516,12 @@ instances:
         since: '2025-01-31T10:12:44+00:00'
         started: '2025-01-31T10:20:02+00:00'
         before: {running: true, label: EAGLE3 2/1/3, speculative: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}}
+    undo:
+      description: What an undo of the run that last changed the instance gives back (C(run), C(recorded_at), the
+        C(speculative) parameters it ran before, C(restorable) false when nothing ran); null when no run label was
+        given then.
+      type: dict
+      sample: {run: 20261202T061530.123456Z, recorded_at: '2026-12-02T06:15:31Z', speculative: {algorithm: EAGLE3}, restorable: true}
     replaced_trial:
       description: The mark of a sweep's trial that this task (without O(trial)) found and cleared, or would clear in
         check mode; null when none.
@@ -596,6 +619,8 @@ def main() -> None:
                 type='dict',
                 options=dict(sweep=dict(type='str', required=True), trial=dict(type='str', required=True), label=dict(type='str')),
             ),
+            run=dict(type='str'),
+            undo=dict(type='str'),
         ),
         supports_check_mode=True,
     )

@@ -23,7 +23,7 @@ from ansible.utils.vars import load_extra_vars
 OWN_PREFIXES = ('sglang_', 'gpu_', 'ansible_', 'awx_', 'tower_', '_')
 CUTOFF = 0.75
 # relaunch.yml's parameters and SGLang's names for them (what a user who knows SGLang's flags types first).
-RELAUNCH_VARS = ('steps', 'topk', 'draft_tokens', 'draft_model', 'algorithm', 'target', 'batch', 'max_fail_percentage')
+RELAUNCH_VARS = ('steps', 'topk', 'draft_tokens', 'draft_model', 'algorithm', 'target', 'batch', 'max_fail_percentage', 'undo')
 RELAUNCH_ALIASES = dict(
     num_steps='steps',
     speculative_num_steps='steps',

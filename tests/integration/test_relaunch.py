@@ -95,6 +95,38 @@ def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
     assert steps_running(fleet['vars'][crashing.name]) == 2 and server_pid(fleet['vars'][crashing.name])
     assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
 
+    # A mixed fleet (two hosts on 3 steps, one rolled back to 2): the summary says how to undo the whole run.
+    hint = [line for line in out.stdout.splitlines() if 'To give every host of this run back what it ran before it' in line]
+    assert len(hint) == 1, out.stdout[-4000:]
+    label = hint[0].split('-e undo=', 1)[1].split()[0].strip('"')
+    assert '-i %s' % fleet['inventory'] in hint[0], hint
+    # Not combined with parameters: refused before anything is touched.
+    pids = dict((name, server_pid(v)) for name, v in fleet['vars'].items())
+    mixed = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=%s' % label, '-e', 'steps=4', *BATCH)
+    assert mixed.returncode != 0 and 'cannot be combined with steps' in mixed.stdout, mixed.stdout[-3000:]
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == pids
+    # A label that is not one names the field and the value.
+    bad = run(fleet['inventory'], 'relaunch.yml', '-e', json.dumps(dict(undo='no such run;')), *BATCH)
+    assert bad.returncode != 0 and "undo: 'no such run;' is not a run label" in bad.stdout, bad.stdout[-3000:]
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == pids
+
+    undone = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=%s' % label, *BATCH)
+    assert undone.returncode == 0, undone.stdout[-4000:] + undone.stderr
+    rows = table(undone.stdout)
+    for name in ('gpu-a', 'gpu-c'):
+        row = next(r for r in rows if r.startswith(name))
+        assert 'EAGLE 3/1/4' in row and 'EAGLE 2/1/3' in row and row.endswith('relaunched'), rows
+        assert steps_running(fleet['vars'][name]) == 2 and server_pid(fleet['vars'][name]) != pids[name]
+    # The rolled-back host runs what it ran before the run already: left as it is, the same server.
+    assert next(r for r in rows if r.startswith(crashing.name)).endswith('unchanged'), rows
+    assert server_pid(fleet['vars'][crashing.name]) == pids[crashing.name]
+    # undo=last finds the newest run (the undo itself) and gives back what it replaced: 3 steps again.
+    redo = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=last', '--check', *BATCH)
+    assert redo.returncode == 0, redo.stdout[-4000:]
+    rows = table(redo.stdout)
+    assert [r.split()[-1] for r in rows[1:4]] == ['relaunch', 'unchanged', 'relaunch'], rows
+    assert rows[4:] == ['%s/llama: not changed by run %s: left on its last known good configuration' % (crashing.name, rows[4].split()[5].rstrip(':'))], rows
+
 
 def test_preflight_failure_stops_the_play_before_any_server_is_touched(fleet):
     before = start(fleet)
