@@ -14,8 +14,11 @@ bootstrap:
 collection: bootstrap
 	@tests/tools/collection-tree.sh >/dev/null
 
-demo: bootstrap
-	python tests/demo/fleet_relaunch_demo.py
+# Its own small environment (.venv-demo: ansible-core, nvidia-ml-py, setproctitle), so that the first run on a
+# fresh machine does not wait for the test tiers' tools.
+demo:
+	@tests/tools/bootstrap.sh demo
+	PATH=$(CURDIR)/.venv-demo/bin:$$PATH $(CURDIR)/.venv-demo/bin/python tests/demo/fleet_relaunch_demo.py
 
 # Simulated GPU hosts and an inventory for trying the playbooks by hand (docs/try-it.md).
 HOSTS ?= 3

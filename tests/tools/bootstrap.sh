@@ -70,6 +70,18 @@ PY
   done
 }
 
+# `bootstrap.sh demo`: only what make demo runs (ansible-core and what its modules import on the simulated
+# hosts), pinned as in tests/requirements.txt, in .venv-demo: a fresh machine builds it in well under a minute,
+# where the whole test environment (linters, molecule, ansible-runner, matplotlib, sglang-router) takes minutes.
+if [ "${1:-}" = demo ]; then
+  mkdir -p .build
+  grep -iE '^(ansible-core|jinja2|markupsafe|pyyaml|cryptography|cffi|pycparser|packaging|resolvelib|nvidia-ml-py|setproctitle)==' \
+    tests/requirements.txt > .build/requirements-demo.txt
+  build_venv "$root/.venv-demo" .build/requirements-demo.txt
+  make --no-print-directory -s -C tests/simgpu
+  exit 0
+fi
+
 build_venv "$venv" tests/requirements.txt
 cache_get_pip "$venv"
 if [ "${1:-}" = compat ]; then
