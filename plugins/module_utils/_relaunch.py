@@ -615,8 +615,7 @@ class Relaunch:
                 running = bool(state) and self.supervisors[spec.name].running(state)
                 if not (running and good.get('params') and good.get('config_hash') == state.get('config_hash') and not state.get('trial')):
                     raise spec.error(
-                        'undo: run %s did not change it, and it does not run its last known good configuration to be left on'
-                        ' (relaunch it instead)' % self.undo
+                        'undo: run %s did not change it, and it does not run its last known good configuration to be left on (relaunch it instead)' % self.undo
                     )
                 params = dict(good['params'])
                 self.left_alone.add(spec.name)

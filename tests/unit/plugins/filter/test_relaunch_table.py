@@ -127,8 +127,10 @@ CASES = [
             ],
         },
         [
-            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)  DRAIN (s)                 SERVED (req)  RESULT',
-            'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41        0.0  no traffic to prove routing  relaunched',
+            'HOST    INSTANCE  OLD           NEW           DOWN (s)  TO READY (s)  SMOKE TOK/S  SMOKE ACCEPT (tok/step)'
+            '  DRAIN (s)                 SERVED (req)  RESULT',
+            'node-a  llama     EAGLE3 2/1/4  EAGLE3 3/1/4       4.2           3.9         91.3                     2.41'
+            '        0.0  no traffic to prove routing  relaunched',
         ],
         id='behind-an-idle-router',
     ),

@@ -13,7 +13,10 @@ from ansible_collections.gpufleet.sglang.plugins.filter import text_block as plu
 LINES = ['HOST    RESULT', 'node-a  relaunched']
 
 
-@pytest.mark.parametrize('configured, expected', [('yaml', 'HOST    RESULT\nnode-a  relaunched'), ('json', LINES), ('YAML', 'HOST    RESULT\nnode-a  relaunched')])
+JOINED = 'HOST    RESULT\nnode-a  relaunched'
+
+
+@pytest.mark.parametrize('configured, expected', [('yaml', JOINED), ('json', LINES), ('YAML', JOINED)])
 def test_the_result_format_decides(monkeypatch, configured, expected):
     monkeypatch.setattr(plugin.C.config, 'get_config_value', lambda name, plugin_type=None, plugin_name=None: configured)
     assert plugin.text_block(LINES) == expected

@@ -374,3 +374,31 @@ def test_trial_mark(old, sweep, before_label, keeps_since):
 def test_trial_mark_of_a_stopped_instance():
     mark = relaunch.trial_mark(dict(sweep='/runs/s1', trial='t#1'), None, False)
     assert mark['before'] == dict(running=False, speculative=None, config_hash=None, label='not running')
+
+
+def test_an_undo_record_keeps_what_ran_before_the_run_and_its_summary_no_configuration():
+    undo_record, undo_summary = relaunch.undo_record, relaunch.undo_summary
+    state = dict(
+        running=True,
+        config=dict(speculative=dict(algorithm='EAGLE3', num_steps=2)),
+        last_good=dict(params=dict(name='llama', port=30000), config_hash='abc'),
+    )
+    record = undo_record('20261202T061530.123456Z', state)
+    assert record is not None
+    assert record['run'] == '20261202T061530.123456Z' and record['params'] == dict(name='llama', port=30000)
+    assert record['config_hash'] == 'abc' and record['speculative'] == dict(algorithm='EAGLE3', num_steps=2)
+    assert undo_record(None, state) is None
+    # Nothing ran before: an undo cannot give anything back.
+    fresh = undo_record('run-1', None)
+    assert fresh is not None and fresh['params'] is None and fresh['speculative'] is None
+    summary = undo_summary(dict(undo=record))
+    assert summary == dict(run=record['run'], recorded_at=record['recorded_at'], speculative=record['speculative'], restorable=True)
+    assert undo_summary(dict(undo=fresh))['restorable'] is False and undo_summary({}) is None
+
+
+@pytest.mark.parametrize(
+    'label, ok',
+    [('20261202T061530.123456Z', True), ('run-1', True), ('a' * 64, True), ('a' * 65, False), ('no such run;', False), ('', False), ('-x', False)],
+)
+def test_run_labels(label, ok):
+    assert bool(relaunch.RUN_LABEL_RE.match(label)) is ok
