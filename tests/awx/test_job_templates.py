@@ -96,6 +96,7 @@ def test_relaunch_survey_asks_for_the_relaunch_interface():
         draft_tokens='integer',
         batch='integer',
         max_fail_percentage='integer',
+        undo='text',
     )
     # Unanswered speculative questions keep each host's configuration: none is required or has a default.
     for variable in ('algorithm', 'draft_model', 'steps', 'topk', 'draft_tokens'):
