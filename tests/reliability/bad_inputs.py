@@ -134,6 +134,12 @@ CASES = [
     case('play', 'gpu-held-by-foreign', ['gpus', 'pid', 'reliability-trainer'], extra=['-e', '{"sglang_server_gpus": ["1"]}'], hold=1),
     case('play', 'api_key-non-ascii', ['api_key', 'non-ASCII'], extra=['-e', '{"sglang_server_api_key": "sk-ключ-reliability"}']),
     case('play', 'extra_args-ambiguous', ['extra_args.cuda-graph-max-bs', 'ambiguous'], extra=['-e', '{"sglang_server_extra_args": {"cuda-graph-max-bs": 8}}']),
+    # An undo: its label is checked like any field, and it gives back what ran, so no parameter may come with it.
+    case('play', 'undo-not-a-label', ['undo', "'run; rm -rf /'"], extra=['-e', '{"undo": "run; rm -rf /"}']),
+    case('play', 'undo-newline', ['undo', 'run\\nExecStartPre'], extra=['-e', '{"undo": "run\\nExecStartPre=/bin/true"}']),
+    case('play', 'undo-with-steps', ['undo', 'cannot be combined with steps'], extra=['-e', 'undo=20261202T061530.123456Z', '-e', 'steps=3']),
+    # The serving host was started by relaunch.yml with nothing before it: the newest run has nothing to give back.
+    case('play', 'undo-last-started-fresh', ['undo: ', 'started it where nothing ran before'], extra=['-e', 'undo=last']),
 ]
 
 
