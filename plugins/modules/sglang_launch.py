@@ -183,7 +183,7 @@ options:
           - Rotate O(instances[].log_file) once it has reached this many bytes; V(0) never rotates.
           - Before a server starts (the log is then written by nothing) the file is renamed to C(<log_file>.1). A
             running server's log is rotated by every call that finds the instance unchanged, by copying it to
-            C(<log_file>.1) and truncating it in place: the server (or systemd for it) holds the file open for
+            C(<log_file>.1) and truncating it in place; the server (or systemd for it) holds the file open for
             appending, so its next line lands at the start of the emptied file. The lines written during the copy
             are lost; SGLang cannot be told to reopen its log. Both supervisors rotate alike.
         type: int

@@ -171,6 +171,43 @@ def test_crash_at_startup_fails_with_the_log_tail(host, sglang):
     assert gpu0['processes'] == []
 
 
+def test_a_failed_relaunch_opens_with_the_cause_and_quotes_only_the_new_servers_traceback(host, sglang):
+    key = 'sk-gpufleet-cause-first-77aa'
+    first = host.launch(dict(sglang, api_key=key))
+    assert first['changed'] and not first['failed'], first.get('msg')
+    log_file = first['log_file']
+    # The old server's lines (its start, its argument dump, health checks) are in the log before the new one starts.
+    with open(log_file) as handle:
+        old_lines = handle.read()
+    assert 'server_args=' in old_lines and 'fired up' in old_lines
+    cause = 'RuntimeError: CUDA error: an illegal memory access was encountered'
+    configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message=cause)
+    result = host.launch(dict(sglang, api_key=key, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    assert result['failed'] and result['result'] == 'rolled back', result.get('msg')
+    msg = result['msg']
+    assert msg.startswith(cause + ' (the SGLang server llama exited during startup'), msg[:300]
+    assert result['cause'] == cause and result['message'].startswith(cause)
+    assert 'full log: %s' % log_file in msg
+    assert 'rolled back to the last known good configuration, which serves again' in msg.splitlines()[0]
+    # The excerpt: the new server's traceback and a few lines before it, not the old server nor its argument dump.
+    excerpt = result['log_excerpt']
+    assert excerpt.splitlines()[-2] == cause and 'Traceback (most recent call last)' in excerpt
+    assert 'server_args=' not in excerpt and 'fired up' not in excerpt and 'SIGTERM' not in excerpt
+    assert excerpt in msg
+    assert len(excerpt.splitlines()) <= 12 and len(msg) < 2500, (len(msg), msg)
+    assert key not in json.dumps(result)
+
+
+def test_a_huge_crash_message_stays_bounded(host, sglang):
+    cause = 'RuntimeError: ' + 'CUDA error at frame ' * 2000
+    configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message=cause)
+    result = host.launch(dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    assert result['failed'] and result['result'] == 'failed', result.get('msg')
+    assert result['msg'].startswith('RuntimeError: CUDA error at frame CUDA error at frame')
+    assert len(result['cause']) < 600 and len(result['log_excerpt']) <= 4100 and len(result['msg']) < 5500, len(result['msg'])
+    assert 'no last known good configuration to roll back to' in result['msg'].splitlines()[0]
+
+
 def test_api_key_is_never_shown(host, sglang, tmp_path):
     key = 'sk-gpufleet-9f2c71d0e4b84a55'
     args = dict(sglang, api_key=key)
