@@ -112,6 +112,26 @@ def test_preflight_failure_stops_the_play_before_any_server_is_touched(fleet):
         assert all(steps_running(v) == 2 for v in fleet['vars'].values())
 
 
+def test_an_unknown_instance_key_is_named_in_the_fatal_line_and_the_key_stays_hidden(make_host, tmp_path):
+    key = 'sk-gpufleet-unknown-key-5b1e'
+    host = make_host('gpu-a', gpu_count=2)
+    hvars = host_vars(host, sglang_server_api_key=key, sglang_server_instances=[dict(name='llama', gpu=3)])
+    inventory = write_inventory(tmp_path / 'inventory.json', {host.name: hvars})
+    out = run(inventory, 'relaunch.yml', '-v')
+    assert out.returncode != 0
+    fatal = [line for line in out.stdout.splitlines() if line.startswith('fatal: [gpu-a]')]
+    assert len(fatal) == 1, out.stdout[-4000:]
+    assert 'sglang_server_instances[0]: unknown key(s) gpu' in fatal[0], fatal[0]
+    assert 'censored' not in fatal[0] and 'output has been hidden' not in out.stdout
+    assert key not in out.stdout + out.stderr
+    # The same inventory, valid, with the key: the instance list is hidden again (it holds the key).
+    hvars['sglang_server_instances'] = [dict(name='llama', gpus=['0'])]
+    write_inventory(inventory, {host.name: hvars})
+    check = run(inventory, 'relaunch.yml', '--check', '-vvv')
+    assert key not in check.stdout + check.stderr
+    assert 'the output has been hidden' in check.stdout
+
+
 def overlap(spans: list) -> bool:
     """Every window overlaps every other: the last one started before the first one ended."""
     return max(w['start'] for w in spans) < min(w['end'] for w in spans)
