@@ -92,6 +92,12 @@ def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
     row = next(r for r in rows if r.startswith(crashing.name))
     assert row.endswith('rolled back') and 'EAGLE 2/1/3' in row, rows
     assert any(r.startswith('%s/llama: ' % crashing.name) and 'exited during startup' in r for r in rows), rows
+    # The host's fatal line opens with the cause, then the instance, its log path and the traceback, bounded.
+    fatal = [line for line in out.stdout.splitlines() if line.startswith('fatal: [%s]' % crashing.name)]
+    assert len(fatal) == 1, out.stdout[-4000:]
+    assert '"msg": "RuntimeError: CUDA error: an illegal memory access was encountered (the SGLang server llama exited during startup' in fatal[0]
+    assert '[%s, instance llama: rolled back]' % crashing.name in fatal[0] and 'full log: ' in fatal[0]
+    assert 'Traceback (most recent call last)' in fatal[0] and 'server_args=' not in fatal[0] and len(fatal[0]) < 3000, fatal[0]
     assert steps_running(fleet['vars'][crashing.name]) == 2 and server_pid(fleet['vars'][crashing.name])
     assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
 
