@@ -1010,8 +1010,10 @@ class InstanceRun:
             if state and state.get('relaunch'):
                 state.pop('relaunch')
                 self.write(state)
-            # A stopped instance runs no trial: the mark goes (the only change then).
-            result['changed'] = self.mark_trial(False)
+            # A stopped instance runs no trial: the mark goes. A server that died (or that a reset killed) leaves
+            # its API key file behind: it goes too. Those are the only changes then.
+            marked = self.mark_trial(False)
+            result['changed'] = remove(self.instance.secret_file) or marked
             return result
         if state is None:
             raise RuntimeError('%s: decided %s without a recorded state' % (self.spec.name, action))
