@@ -208,6 +208,43 @@ def test_a_huge_crash_message_stays_bounded(host, sglang):
     assert 'no last known good configuration to roll back to' in result['msg'].splitlines()[0]
 
 
+def test_the_log_is_rotated_before_a_start_and_while_the_server_runs(host, sglang):
+    rotating = dict(sglang, log_max_bytes=2000, log_keep=2)
+    first = host.launch(rotating)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    log_file = first['log_file']
+    assert os.path.getsize(log_file) > 2000  # the server's argument dump alone is longer
+    # Unchanged: the running server's log is copied to .1 and emptied in place; the server goes on writing it.
+    again = host.launch(rotating)
+    assert not again['changed'] and not again['failed'] and again['result'] == 'unchanged', again.get('msg')
+    assert again['log_rotated'] == [log_file + '.1']
+    assert 'server_args=' in open(log_file + '.1').read()
+    assert http(again['url'] + '/health')[0] == 200
+    with open(log_file, 'rb') as handle:
+        data = handle.read()
+    assert b'\0' not in data and b'GET /health' in data, data[:200]
+    assert os.stat(log_file + '.1').st_mode & 0o777 == 0o600
+    # A relaunch renames the log before the new server starts; two copies are kept, the oldest goes.
+    for steps in (2, 4):
+        with open(log_file, 'a') as handle:
+            handle.write('filler\n' * 400)
+        changed = host.launch(dict(rotating, speculative=dict(sglang['speculative'], num_steps=steps, num_draft_tokens=steps + 1)))
+        assert changed['changed'] and not changed['failed'], changed.get('msg')
+        assert changed['log_rotated'] == [log_file + '.1'], changed['log_rotated']
+    assert sorted(p for p in os.listdir(os.path.dirname(log_file)) if p.startswith('llama.log')) == ['llama.log', 'llama.log.1', 'llama.log.2']
+    assert 'filler' in open(log_file + '.1').read() and 'filler' not in open(log_file).read()
+    # Under the size: nothing is rotated.
+    quiet = host.launch(dict(rotating, log_max_bytes=10**9, speculative=dict(sglang['speculative'], num_steps=4, num_draft_tokens=5)))
+    assert not quiet['changed'] and quiet['log_rotated'] == []
+
+
+def test_log_rotation_options_are_checked_before_anything_is_touched(host, sglang):
+    for field in ('log_max_bytes', 'log_keep'):
+        bad = host.launch(dict(sglang, **{field: -1}))
+        assert bad['failed'] and not bad['changed']
+        assert bad['msg'] == 'instance llama: %s: -1 is out of range; it must be 0 or more' % field, bad['msg']
+
+
 def test_api_key_is_never_shown(host, sglang, tmp_path):
     key = 'sk-gpufleet-9f2c71d0e4b84a55'
     args = dict(sglang, api_key=key)
