@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._environment impor
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES, copy_truncate, excerpt, read_since, rotate, size
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
     LAUNCH_MODULE,
@@ -54,7 +55,6 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
     secret_config,
     write_private,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES, copy_truncate, excerpt, read_since, rotate, size
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
 
 # A bare address or host name: no user part, no path, nothing a URL would read as another host.

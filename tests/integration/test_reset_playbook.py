@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from relaunch_fleet import table
+from relaunch_fleet import host_vars, server_pid, stop_all, table, write_inventory
+from relaunch_fleet import run as run_playbook
 from simfleet import REPO, alive
 
 PLAYBOOK = REPO / 'playbooks' / 'reset.yml'
@@ -103,8 +104,6 @@ def test_a_wait_that_times_out_prints_the_table_and_names_what_still_holds_the_g
 
 
 def test_reset_removes_the_api_key_file_of_each_instance_and_nothing_else(make_host, tmp_path):
-    from relaunch_fleet import host_vars, run as run_playbook, server_pid, stop_all, write_inventory
-
     key = 'sk-gpufleet-reset-forgets-3c9d'
     host = make_host('gpu-a', gpu_count=2)
     hvars = host_vars(host, sglang_server_api_key=key)
