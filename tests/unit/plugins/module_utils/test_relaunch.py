@@ -374,3 +374,17 @@ def test_trial_mark(old, sweep, before_label, keeps_since):
 def test_trial_mark_of_a_stopped_instance():
     mark = relaunch.trial_mark(dict(sweep='/runs/s1', trial='t#1'), None, False)
     assert mark['before'] == dict(running=False, speculative=None, config_hash=None, label='not running')
+
+
+def test_a_server_failure_reads_cause_first_and_the_module_message_keeps_the_excerpt_apart():
+    failure = relaunch.ServerFailure('RuntimeError: boom', 'the SGLang server a exited during startup, pid 7', '/s/a.log', 'Traceback\nRuntimeError: boom')
+    assert str(failure) == 'RuntimeError: boom (the SGLang server a exited during startup, pid 7); full log: /s/a.log'
+    rows = [
+        dict(name='a', result='rolled back', message=str(failure) + '; rolled back', log_file='/s/a.log', log_excerpt=failure.log_excerpt),
+        dict(name='b', result='failed', message='gpu_clean_timeout: GPU 1 is not clean', log_file='/s/b.log', log_excerpt=None),
+    ]
+    text = relaunch.failure_text(rows)
+    first, rest = text.split('\n', 1)
+    assert first.startswith('RuntimeError: boom (the SGLang server a exited')
+    assert first.endswith('[instance a: rolled back]; gpu_clean_timeout: GPU 1 is not clean [instance b: failed]')
+    assert rest == 'last lines of /s/a.log that matter:\nTraceback\nRuntimeError: boom'
