@@ -238,6 +238,31 @@ def test_the_log_is_rotated_before_a_start_and_while_the_server_runs(host, sglan
     assert not quiet['changed'] and quiet['log_rotated'] == []
 
 
+def test_stop_removes_the_key_file_that_a_dead_server_left(host, sglang):
+    args = dict(sglang, api_key='sk-gpufleet-dead-server-0c4f')
+    started = host.launch(args)
+    assert started['changed'] and not started['failed'], started.get('msg')
+    secret = os.path.join(args['state_dir'], 'llama.secret.yaml')
+    assert os.path.isfile(secret)
+    # The server dies under the module's feet (an OOM kill, a reset): its session goes at once.
+    os.killpg(started['pid'], 9)
+    assert wait_gone(started['pid'])
+    stopped = host.launch(dict(args, state='stopped'))
+    assert not stopped['failed'] and stopped['changed'], stopped
+    assert not os.path.exists(secret)
+    # Only that file: the state and the log stay.
+    assert sorted(os.listdir(args['state_dir'])) == ['llama.json', 'llama.log', 'relaunch.lock']
+    assert not host.launch(dict(args, state='stopped'))['changed']
+
+
+def wait_gone(pid: int) -> bool:
+    for _dummy in range(200):
+        if not alive(pid):
+            return True
+        __import__('time').sleep(0.05)
+    return False
+
+
 def test_log_rotation_options_are_checked_before_anything_is_touched(host, sglang):
     for field in ('log_max_bytes', 'log_keep'):
         bad = host.launch(dict(sglang, **{field: -1}))
