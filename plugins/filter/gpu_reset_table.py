@@ -17,6 +17,8 @@ description:
   - Processes stopped because they belong to a GPU holder's server (its launcher's process tree,
     its orphans, its service's cgroup) without holding a GPU themselves follow on lines of their own.
   - Command lines are cut to O(cmdline_width) characters; C(gpu_reset_report) keeps them whole.
+  - A host whose GPUs did not become clean in time gets a line of its own after the table, with what still holds
+    each of them (C(gpu_reset_report.wait_error)).
 options:
   _input:
     description: Host name to C(gpu_reset_report).
@@ -83,6 +85,8 @@ def gpu_reset_table(reports: dict, cmdline_width: int = CMDLINE_WIDTH) -> list[s
             used_after = after.get(gpu['index'], {}).get('used_mib', '?')
             rows.append((host, str(gpu['index']), str(gpu['used_mib']), str(used_after), holders[0]))
             rows.extend(('', '', '', '', h) for h in holders[1:])
+        if report.get('wait_error'):
+            extra.append('%s: %s' % (host, report['wait_error']))
         for proc in report.get('killed') or []:
             if not proc.get('gpus'):
                 fate = _fate(proc, killed, spared)

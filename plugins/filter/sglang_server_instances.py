@@ -34,6 +34,13 @@ options:
     description: Speculative settings merged over every instance's (null values are ignored).
     type: dict
     default: {}
+  problem:
+    description:
+      - Return, instead of the instances, why they cannot be resolved (an empty string when they can). The
+        text names keys, instance indexes, names and ports, never a value that may be a secret, so it can be
+        shown where the instances themselves are hidden (C(no_log)).
+    type: bool
+    default: false
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -50,10 +57,11 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: One entry per instance with C(name), C(launch) (an entry of sglang_launch's C(instances)),
-    C(smoke) and C(smoke_max_tokens).
-  type: list
-  elements: dict
+  description:
+    - One entry per instance with C(name), C(launch) (an entry of sglang_launch's C(instances)),
+      C(smoke) and C(smoke_max_tokens).
+    - With O(problem), a string instead; empty when the instances resolve.
+  type: raw
 '''
 
 from ansible.errors import AnsibleFilterError
@@ -83,6 +91,8 @@ LAUNCH_KEYS = (
     'enable_metrics',
     'log_level',
     'log_file',
+    'log_max_bytes',
+    'log_keep',
     'ready_check',
     'smoke_min_tok_s',
     'smoke_min_accept_length',
@@ -134,11 +144,24 @@ def merge_speculative(base: dict | None, override: dict | None) -> dict | None:
     return merged
 
 
-def sglang_server_instances(defaults: dict, instances: list, override: dict | None = None) -> list[dict]:
+def sglang_server_instances(defaults: dict, instances: list, override: dict | None = None, problem: bool = False) -> list[dict] | str:
+    """The resolved instances; with ``problem``, instead, why they cannot be resolved ('' when they can)."""
+    if not problem:
+        return _resolve(defaults, instances, override)
+    try:
+        _resolve(defaults, instances, override)
+    except AnsibleFilterError as exc:
+        return str(exc.message if hasattr(exc, 'message') else exc)
+    return ''
+
+
+def _resolve(defaults: dict, instances: list, override: dict | None = None) -> list[dict]:
     if not isinstance(defaults, dict):
         raise AnsibleFilterError('sglang_server_instances expects a mapping of defaults, got %s' % type(defaults).__name__)
     if not isinstance(instances, list) or not all(isinstance(i, dict) for i in instances):
-        raise AnsibleFilterError('sglang_server_instances: a list of mappings is expected, got %r' % (instances,))
+        # Types only: an entry may hold an API key.
+        got = type(instances).__name__ if not isinstance(instances, list) else 'a list of %s' % ', '.join(sorted(set(type(i).__name__ for i in instances)))
+        raise AnsibleFilterError('sglang_server_instances: a list of mappings is expected, got %s' % got)
     resolved = []
     seen_names: dict[str, int] = {}
     seen_ports: dict[object, str] = {}  # the port as the inventory gives it (int or text)

@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._environment impor
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES, copy_truncate, excerpt, read_since, rotate, size
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
     LAUNCH_MODULE,
@@ -52,7 +53,6 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
     probe_host,
     remove,
     secret_config,
-    tail,
     write_private,
 )
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
@@ -77,6 +77,30 @@ TRIAL_FIELD_MAX = 4096
 
 class SpecError(LaunchError):
     """A parameter is wrong: nothing has been touched."""
+
+
+class ServerFailure(LaunchError):
+    """A server that failed, worded cause first: the cause (the exception its log ends with, or what was
+    seen), then what happened, then where the whole log is; the lines of the log that matter apart."""
+
+    def __init__(self, cause: str, context: str, log_file: str | None = None, log_excerpt: str = '') -> None:
+        self.cause = cause
+        self.context = context
+        self.log_file = log_file
+        self.log_excerpt = log_excerpt
+        text = '%s (%s)' % (cause, context) if context else cause
+        if log_file:
+            text += '; full log: %s' % log_file
+        super().__init__(text)
+
+
+def log_failure(spec: InstanceSpec, offset: int, fallback: str, context: str) -> ServerFailure:
+    """The failure of ``spec``'s new server: the cause read from its log since ``offset`` (where its start
+    began writing), else ``fallback``; ``context`` says what happened."""
+    cause, lines = excerpt(spec.mask(read_since(spec.log_file, offset)))
+    if cause:
+        return ServerFailure(cause, '%s, %s' % (fallback, context) if context else fallback, spec.log_file, lines)
+    return ServerFailure(fallback, context, spec.log_file, lines)
 
 
 def speculative_label(speculative: dict | None) -> str:
@@ -182,6 +206,9 @@ class InstanceSpec:
             raise self.error(
                 'log_file: %s belongs to uid %d, not to the user that manages the server (uid %d)' % (log_file, os.stat(log_file).st_uid, os.geteuid())
             )
+        for field in ('log_max_bytes', 'log_keep'):
+            if params.get(field) is not None and (isinstance(params[field], bool) or params[field] < 0):
+                raise self.error('%s: %s is out of range; it must be 0 or more' % (field, params[field]))
         if params['smoke_max_tokens'] < 0:
             raise self.error('smoke_max_tokens: %s is out of range; it must be 0 (no smoke generation) or more' % params['smoke_max_tokens'])
         for field in ('smoke_min_tok_s', 'smoke_min_accept_length'):
@@ -827,8 +854,17 @@ class Relaunch:
                 r['message'] = 'not changed by run %s: left on its last known good configuration' % self.undo
         if bad:
             out['failed'] = True
-            out['msg'] = '; '.join('instance %s %s: %s' % (r['name'], r['result'], r.get('message')) for r in bad)
+            out['msg'] = failure_text(bad)
         return out
+
+
+def failure_text(bad: list) -> str:
+    """The module's message for the instances that failed or were rolled back: the cause of each first
+    (``message`` opens with it), then which instance and what became of it; then, under each, the lines of
+    its server's log that matter (bounded, see _server_log.excerpt)."""
+    heads = ['%s [instance %s: %s]' % (r.get('message') or 'failed', r['name'], r['result']) for r in bad]
+    tails = ['last lines of %s that matter:\n%s' % (r['log_file'], r['log_excerpt']) for r in bad if r.get('log_excerpt') and r.get('log_file')]
+    return '\n'.join(['; '.join(heads)] + tails)
 
 
 def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
@@ -865,6 +901,10 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         trial=None,
         replaced_trial=None,
         state_file=spec.instance.state_file,
+        cause=None,
+        log_file=spec.log_file,
+        log_excerpt=None,
+        log_rotated=[],
     )
 
 
@@ -989,6 +1029,8 @@ class InstanceRun:
             if state is None:
                 raise RuntimeError('%s: decided unchanged without a recorded state' % spec.name)
             result.update(public(spec, state), result='unchanged', previous=state.get('previous'), changed=marked)
+            # Housekeeping, not a change of the server: its log, copied and truncated once it is too big.
+            self.rotate_log(spec, running=True)
             if state.get('relaunch'):
                 state.pop('relaunch')
                 self.write(state)
@@ -1012,6 +1054,10 @@ class InstanceRun:
         except LaunchError as exc:
             self.clock('rollback')
             result['message'] = str(exc)
+            if isinstance(exc, ServerFailure):
+                result.update(cause=exc.cause, log_file=exc.log_file, log_excerpt=exc.log_excerpt)
+            else:
+                result['cause'] = str(exc)
             self.roll_back(spec, old_running)
             self.clock(None)
         if old_running:
@@ -1031,8 +1077,10 @@ class InstanceRun:
             if state and state.get('relaunch'):
                 state.pop('relaunch')
                 self.write(state)
-            # A stopped instance runs no trial: the mark goes (the only change then).
-            result['changed'] = self.mark_trial(False)
+            # A stopped instance runs no trial: the mark goes. A server that died (or that a reset killed) leaves
+            # its API key file behind: it goes too. Those are the only changes then.
+            marked = self.mark_trial(False)
+            result['changed'] = remove(self.instance.secret_file) or marked
             return result
         if state is None:
             raise RuntimeError('%s: decided %s without a recorded state' % (self.spec.name, action))
@@ -1146,6 +1194,9 @@ class InstanceRun:
             state['undo'] = undo
         if old.get('trial'):
             state['trial'] = old['trial']
+        self.rotate_log(spec, running=False)
+        # The new server's lines begin here: a failure quotes them, not the old server's.
+        offset = size(spec.log_file)
         start = time.monotonic()
         alive = supervisor.start(
             state,
@@ -1161,15 +1212,31 @@ class InstanceRun:
         self.state = state
         self.mark('wait until ready')
         self.result.update(pid=state['pid'], unit=state['unit'])
-        self.wait_ready(spec, supervisor, state, alive, start)
+        self.wait_ready(spec, supervisor, state, alive, start, offset)
         return state
+
+    def rotate_log(self, spec: InstanceSpec, running: bool) -> None:
+        """Rotate the server's log once it has reached log_max_bytes: renamed before a start, copied and truncated
+        while the server runs (it holds the file open for appending). A log that cannot be rotated is a warning."""
+        params = spec.params
+        max_bytes = params.get('log_max_bytes')
+        keep = params.get('log_keep')
+        max_bytes = LOG_MAX_BYTES if max_bytes is None else max_bytes
+        keep = LOG_KEEP if keep is None else keep
+        try:
+            done = (copy_truncate if running else rotate)(spec.log_file, max_bytes, keep)
+        except OSError as exc:
+            self.relaunch.warn('instance %s: log_file: cannot rotate %s: %s' % (spec.name, spec.log_file, exc))
+            return
+        if done:
+            self.result['log_rotated'] = list(self.result.get('log_rotated') or []) + [done]
 
     def stop_new(self, supervisor, state: dict, spec: InstanceSpec) -> None:
         supervisor.stop(state, spec.params['stop_timeout'])
         state['running'] = False
         self.write(state)
 
-    def wait_ready(self, spec: InstanceSpec, supervisor, state: dict, alive, start: float) -> None:
+    def wait_ready(self, spec: InstanceSpec, supervisor, state: dict, alive, start: float, offset: int = 0) -> None:
         params = spec.params
         path = READY_PATHS[params['ready_check']]
         url = state['probe_url'] + path
@@ -1185,16 +1252,17 @@ class InstanceRun:
                 time.sleep(0.2)  # let the last lines reach the log
                 exit_text = supervisor.describe_exit(state)
                 self.stop_new(supervisor, state, spec)
-                raise LaunchError(
-                    'the SGLang server %s exited during startup (%s); last lines of %s:\n%s'
-                    % (spec.name, exit_text, spec.log_file, spec.mask(tail(spec.log_file)))
-                )
+                raise log_failure(spec, offset, 'the SGLang server %s exited during startup' % spec.name, exit_text)
             if time.monotonic() >= deadline:
                 self.stop_new(supervisor, state, spec)
-                raise LaunchError(
-                    'ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); '
-                    'it was stopped. Last lines of %s:\n%s'
-                    % (spec.name, path, params['ready_timeout'], status, spec.mask(body[:200]), spec.log_file, spec.mask(tail(spec.log_file)))
+                # The timeout is the cause; an error the log ends with is context.
+                logged, lines = excerpt(spec.mask(read_since(spec.log_file, offset)))
+                raise ServerFailure(
+                    'ready_timeout: the SGLang server %s did not serve %s within %.0fs (last answer: %s %s); it was stopped'
+                    % (spec.name, path, params['ready_timeout'], status, spec.mask(body[:200])),
+                    'its log says: %s' % logged if logged else '',
+                    spec.log_file,
+                    lines,
                 )
             time.sleep(params['ready_poll_interval'])
 
@@ -1289,3 +1357,5 @@ class InstanceRun:
             self.write(good_state)
         except LaunchError as exc:
             result['message'] = '%s; the rollback failed too: %s' % (reason, exc)
+            if isinstance(exc, ServerFailure):
+                result['rollback'] = dict(result.get('rollback') or {}, reason=reason, cause=exc.cause, log_excerpt=exc.log_excerpt)

@@ -266,18 +266,6 @@ def http_call(method: str, url: str, api_key: str | None, timeout: float, payloa
         connection.close()
 
 
-def tail(path: str, lines: int = 30) -> str:
-    try:
-        with open(path, 'rb') as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            data = handle.read().decode('utf-8', 'replace')
-    except OSError as exc:
-        return '<cannot read %s: %s>' % (path, exc)
-    return '\n'.join(data.splitlines()[-lines:])
-
-
 # ---------------------------------------------------------------- process supervisor
 
 

@@ -173,8 +173,28 @@ options:
       log_file:
         description:
           - File that receives the server's output (appended). Default C(<state_dir>/<name>.log).
-          - When the server fails to start, its last 30 lines are in the failure message.
+          - When the server fails to start, the failure message opens with the cause (the exception line of the last
+            traceback the new server logged, else the last line that reads like an error), names this file, and
+            quotes the lines that matter (the traceback and a few lines before it, at most 40 lines of at most 300
+            characters, 4000 characters in all); RV(instances[].log_excerpt) holds the same lines.
         type: path
+      log_max_bytes:
+        description:
+          - Rotate O(instances[].log_file) once it has reached this many bytes; V(0) never rotates.
+          - Before a server starts (the log is then written by nothing) the file is renamed to C(<log_file>.1). A
+            running server's log is rotated by every call that finds the instance unchanged, by copying it to
+            C(<log_file>.1) and truncating it in place; the server (or systemd for it) holds the file open for
+            appending, so its next line lands at the start of the emptied file. The lines written during the copy
+            are lost; SGLang cannot be told to reopen its log. Both supervisors rotate alike.
+        type: int
+        default: 104857600
+      log_keep:
+        description:
+          - How many rotated copies of O(instances[].log_file) are kept (C(<log_file>.1) the newest); V(0) keeps
+            none (the log is emptied).
+          - The copies are private to root, like the log (SGLang logs its arguments).
+        type: int
+        default: 5
       api_key:
         description:
           - API key the server requires from clients (C(--api-key)); also sent by the module's own readiness,
@@ -413,7 +433,7 @@ instances:
       type: bool
       sample: true
     message:
-      description: Why the instance failed or was rolled back, or what an interrupted earlier run had left
+      description: Why the instance failed or was rolled back (its cause first, see RV(instances[].cause)), or what an interrupted earlier run had left
         (RV(instances[].found)); empty otherwise.
       type: str
       sample: ''
@@ -549,6 +569,27 @@ instances:
       description: The instance's state file.
       type: str
       sample: /var/lib/gpufleet-sglang/llama.json
+    cause:
+      description:
+        - What made the instance fail or roll back, in one line (the exception the new server's log ends with, a
+          timeout, a refused verification); RV(instances[].message) opens with it. Null when nothing failed.
+      type: str
+      sample: 'RuntimeError: CUDA error: an illegal memory access was encountered'
+    log_file:
+      description: The server's log file.
+      type: str
+      sample: /var/lib/gpufleet-sglang/llama.log
+    log_excerpt:
+      description:
+        - When the new server failed, the lines of its log that matter (its last traceback and the lines before
+          it, bounded to 40 lines and 4000 characters), secrets masked; null otherwise.
+      type: str
+      sample: null
+    log_rotated:
+      description: The rotated copies this call made of the log (see O(instances[].log_max_bytes)).
+      type: list
+      elements: str
+      sample: [/var/lib/gpufleet-sglang/llama.log.1]
 seconds_validate:
   description: Seconds the validation of every instance took (before anything was touched).
   returned: when every instance was valid
@@ -561,6 +602,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON, DEFAULT_STATE_DIR, SMOKE_PROMPT
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NvmlError, fail_without_pynvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import READY_PATHS, LaunchError
 
 INSTANCE_OPTIONS: dict[str, dict] = dict(
@@ -587,6 +629,8 @@ INSTANCE_OPTIONS: dict[str, dict] = dict(
     python=dict(type='str', default=DEFAULT_PYTHON),
     run_as=dict(type='str'),
     log_file=dict(type='path'),
+    log_max_bytes=dict(type='int', default=LOG_MAX_BYTES),
+    log_keep=dict(type='int', default=LOG_KEEP),
     api_key=dict(type='str', no_log=True),
     admin_api_key=dict(type='str', no_log=True),
     ssl_keyfile_password=dict(type='str', no_log=True),

@@ -196,13 +196,27 @@ def test_sglang_launch_systemd(gpu_host: str, tmp_path: Path) -> None:
     assert res2["changed"] is False, res2
     assert unit_state(host, unit) == "active"
 
-    # 3. relaunch with two steps (topk 1 needs num_draft_tokens = steps + 1 under strict)
-    args3 = dict(args, speculative=dict(args["speculative"], num_steps=2, num_draft_tokens=3))
+    # 2b. log rotation of the running unit's log (StandardOutput=append: holds it with O_APPEND): copied and truncated
+    log = "/var/lib/gpufleet-sglang/demo.log"
+    rotated, _ = module(host, tmp_path, dict(args, log_max_bytes=1, log_keep=2))
+    assert not rotated["failed"] and rotated["changed"] is False, rotated
+    assert rotated["log_rotated"] == [log + ".1"], rotated
+    server_info(host, port)  # one more request: the running server logs it into the emptied file
+    head = tc.cexec(host, f"head -c 200 {log} | od -c | head -3").stdout
+    assert "\\0" not in head, head
+    assert tc.cexec(host, f"stat -c %a {log}.1").stdout.strip() == "600"
+
+    # 3. relaunch with two steps (topk 1 needs num_draft_tokens = steps + 1 under strict); the log is rotated before
+    # the new server starts (renamed), keeping two copies
+    args3 = dict(args, speculative=dict(args["speculative"], num_steps=2, num_draft_tokens=3), log_max_bytes=1, log_keep=2)
     res3, TIMINGS["sglang/systemd: relaunch (s)"] = module(host, tmp_path, args3)
     assert not res3["failed"], res3
     assert res3["changed"] is True, res3
     assert unit_state(host, unit) == "active"
     assert server_info(host, port)["speculative_num_steps"] == 2
+    assert res3["log_rotated"] == [log + ".1"], res3
+    assert tc.cexec(host, f"ls {log}.1 {log}.2", check=False).returncode == 0
+    assert tc.cexec(host, f"ls {log}.3", check=False).returncode != 0
 
     cgroup = tc.cexec(host, f"systemctl show -P ControlGroup {unit}").stdout.strip()
     assert cgroup.endswith(unit), cgroup

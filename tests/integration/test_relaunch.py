@@ -92,6 +92,12 @@ def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
     row = next(r for r in rows if r.startswith(crashing.name))
     assert row.endswith('rolled back') and 'EAGLE 2/1/3' in row, rows
     assert any(r.startswith('%s/llama: ' % crashing.name) and 'exited during startup' in r for r in rows), rows
+    # The host's fatal line opens with the cause, then the instance, its log path and the traceback, bounded.
+    fatal = [line for line in out.stdout.splitlines() if line.startswith('fatal: [%s]' % crashing.name)]
+    assert len(fatal) == 1, out.stdout[-4000:]
+    assert '"msg": "RuntimeError: CUDA error: an illegal memory access was encountered (the SGLang server llama exited during startup' in fatal[0]
+    assert '[%s, instance llama: rolled back]' % crashing.name in fatal[0] and 'full log: ' in fatal[0]
+    assert 'Traceback (most recent call last)' in fatal[0] and 'server_args=' not in fatal[0] and len(fatal[0]) < 3000, fatal[0]
     assert steps_running(fleet['vars'][crashing.name]) == 2 and server_pid(fleet['vars'][crashing.name])
     assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
 
@@ -142,6 +148,26 @@ def test_preflight_failure_stops_the_play_before_any_server_is_touched(fleet):
         assert all(c['failed'] == 1 and c['changed'] == 0 for c in recap(out.stdout).values()), recap(out.stdout)
         assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
         assert all(steps_running(v) == 2 for v in fleet['vars'].values())
+
+
+def test_an_unknown_instance_key_is_named_in_the_fatal_line_and_the_key_stays_hidden(make_host, tmp_path):
+    key = 'sk-gpufleet-unknown-key-5b1e'
+    host = make_host('gpu-a', gpu_count=2)
+    hvars = host_vars(host, sglang_server_api_key=key, sglang_server_instances=[dict(name='llama', gpu=3)])
+    inventory = write_inventory(tmp_path / 'inventory.json', {host.name: hvars})
+    out = run(inventory, 'relaunch.yml', '-v')
+    assert out.returncode != 0
+    fatal = [line for line in out.stdout.splitlines() if line.startswith('fatal: [gpu-a]')]
+    assert len(fatal) == 1, out.stdout[-4000:]
+    assert 'sglang_server_instances[0]: unknown key(s) gpu' in fatal[0], fatal[0]
+    assert 'censored' not in fatal[0] and 'output has been hidden' not in out.stdout
+    assert key not in out.stdout + out.stderr
+    # The same inventory, valid, with the key: the instance list is hidden again (it holds the key).
+    hvars['sglang_server_instances'] = [dict(name='llama', gpus=['0'])]
+    write_inventory(inventory, {host.name: hvars})
+    check = run(inventory, 'relaunch.yml', '--check', '-vvv')
+    assert key not in check.stdout + check.stderr
+    assert 'the output has been hidden' in check.stdout
 
 
 def overlap(spans: list) -> bool:

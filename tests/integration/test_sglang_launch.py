@@ -171,6 +171,105 @@ def test_crash_at_startup_fails_with_the_log_tail(host, sglang):
     assert gpu0['processes'] == []
 
 
+def test_a_failed_relaunch_opens_with_the_cause_and_quotes_only_the_new_servers_traceback(host, sglang):
+    key = 'sk-gpufleet-cause-first-77aa'
+    first = host.launch(dict(sglang, api_key=key))
+    assert first['changed'] and not first['failed'], first.get('msg')
+    log_file = first['log_file']
+    # The old server's lines (its start, its argument dump, health checks) are in the log before the new one starts.
+    with open(log_file) as handle:
+        old_lines = handle.read()
+    assert 'server_args=' in old_lines and 'fired up' in old_lines
+    cause = 'RuntimeError: CUDA error: an illegal memory access was encountered'
+    configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message=cause)
+    result = host.launch(dict(sglang, api_key=key, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    assert result['failed'] and result['result'] == 'rolled back', result.get('msg')
+    msg = result['msg']
+    assert msg.startswith(cause + ' (the SGLang server llama exited during startup'), msg[:300]
+    assert result['cause'] == cause and result['message'].startswith(cause)
+    assert 'full log: %s' % log_file in msg
+    assert 'rolled back to the last known good configuration, which serves again' in msg.splitlines()[0]
+    # The excerpt: the new server's traceback and a few lines before it, not the old server nor its argument dump.
+    excerpt = result['log_excerpt']
+    assert excerpt.splitlines()[-2] == cause and 'Traceback (most recent call last)' in excerpt
+    assert 'server_args=' not in excerpt and 'fired up' not in excerpt and 'SIGTERM' not in excerpt
+    assert excerpt in msg
+    assert len(excerpt.splitlines()) <= 12 and len(msg) < 2500, (len(msg), msg)
+    assert key not in json.dumps(result)
+
+
+def test_a_huge_crash_message_stays_bounded(host, sglang):
+    cause = 'RuntimeError: ' + 'CUDA error at frame ' * 2000
+    configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message=cause)
+    result = host.launch(dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
+    assert result['failed'] and result['result'] == 'failed', result.get('msg')
+    assert result['msg'].startswith('RuntimeError: CUDA error at frame CUDA error at frame')
+    assert len(result['cause']) < 600 and len(result['log_excerpt']) <= 4100 and len(result['msg']) < 5500, len(result['msg'])
+    assert 'no last known good configuration to roll back to' in result['msg'].splitlines()[0]
+
+
+def test_the_log_is_rotated_before_a_start_and_while_the_server_runs(host, sglang):
+    rotating = dict(sglang, log_max_bytes=2000, log_keep=2)
+    first = host.launch(rotating)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    log_file = first['log_file']
+    assert os.path.getsize(log_file) > 2000  # the server's argument dump alone is longer
+    # Unchanged: the running server's log is copied to .1 and emptied in place; the server goes on writing it.
+    again = host.launch(rotating)
+    assert not again['changed'] and not again['failed'] and again['result'] == 'unchanged', again.get('msg')
+    assert again['log_rotated'] == [log_file + '.1']
+    assert 'server_args=' in open(log_file + '.1').read()
+    assert http(again['url'] + '/health')[0] == 200
+    with open(log_file, 'rb') as handle:
+        data = handle.read()
+    assert b'\0' not in data and b'GET /health' in data, data[:200]
+    assert os.stat(log_file + '.1').st_mode & 0o777 == 0o600
+    # A relaunch renames the log before the new server starts; two copies are kept, the oldest goes.
+    for steps in (2, 4):
+        with open(log_file, 'a') as handle:
+            handle.write('filler\n' * 400)
+        changed = host.launch(dict(rotating, speculative=dict(sglang['speculative'], num_steps=steps, num_draft_tokens=steps + 1)))
+        assert changed['changed'] and not changed['failed'], changed.get('msg')
+        assert changed['log_rotated'] == [log_file + '.1'], changed['log_rotated']
+    assert sorted(p for p in os.listdir(os.path.dirname(log_file)) if p.startswith('llama.log')) == ['llama.log', 'llama.log.1', 'llama.log.2']
+    assert 'filler' in open(log_file + '.1').read() and 'filler' not in open(log_file).read()
+    # Under the size: nothing is rotated.
+    quiet = host.launch(dict(rotating, log_max_bytes=10**9, speculative=dict(sglang['speculative'], num_steps=4, num_draft_tokens=5)))
+    assert not quiet['changed'] and quiet['log_rotated'] == []
+
+
+def test_stop_removes_the_key_file_that_a_dead_server_left(host, sglang):
+    args = dict(sglang, api_key='sk-gpufleet-dead-server-0c4f')
+    started = host.launch(args)
+    assert started['changed'] and not started['failed'], started.get('msg')
+    secret = os.path.join(args['state_dir'], 'llama.secret.yaml')
+    assert os.path.isfile(secret)
+    # The server dies under the module's feet (an OOM kill, a reset): its session goes at once.
+    os.killpg(started['pid'], 9)
+    assert wait_gone(started['pid'])
+    stopped = host.launch(dict(args, state='stopped'))
+    assert not stopped['failed'] and stopped['changed'], stopped
+    assert not os.path.exists(secret)
+    # Only that file: the state and the log stay.
+    assert sorted(os.listdir(args['state_dir'])) == ['llama.json', 'llama.log', 'relaunch.lock']
+    assert not host.launch(dict(args, state='stopped'))['changed']
+
+
+def wait_gone(pid: int) -> bool:
+    for _dummy in range(200):
+        if not alive(pid):
+            return True
+        __import__('time').sleep(0.05)
+    return False
+
+
+def test_log_rotation_options_are_checked_before_anything_is_touched(host, sglang):
+    for field in ('log_max_bytes', 'log_keep'):
+        bad = host.launch(dict(sglang, **{field: -1}))
+        assert bad['failed'] and not bad['changed']
+        assert bad['msg'] == 'instance llama: %s: -1 is out of range; it must be 0 or more' % field, bad['msg']
+
+
 def test_api_key_is_never_shown(host, sglang, tmp_path):
     key = 'sk-gpufleet-9f2c71d0e4b84a55'
     args = dict(sglang, api_key=key)

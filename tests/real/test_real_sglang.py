@@ -212,7 +212,9 @@ def test_a_flag_the_real_server_rejects_at_start_is_rolled_back(session_server, 
     session_server.update(current=result)
     assert result['failed'] and result['rolled_back'] and result['result'] == 'rolled back', result
     text = 'User-specified context_length (4096) is greater than the derived context_length (2048)'
-    assert text in result['message'], result['message']
+    # The message opens with the cause (the exception of the last traceback); the excerpt quotes the traceback.
+    assert text in result['message'] + (result.get('log_excerpt') or ''), result['message']
+    assert len(result['msg']) < 6000, len(result['msg'])
     report.add('rejected at start, the real failure text', text)
     info = get_json(result['url'] + '/server_info')
     assert info['context_length'] is None and info['max_running_requests'] == 4

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _instance as instance
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_log as server_log
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_flags as sglang_flags
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_flags_data as flags_data
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _speculative as speculative
@@ -62,8 +63,10 @@ def test_the_modules_argument_specs_use_the_default_paths():
         (sglang_launch, ('state_dir',), instance.DEFAULT_STATE_DIR),
         (sglang_launch, ('instances', 'python'), instance.DEFAULT_PYTHON),
         (sglang_info, ('state_dir',), instance.DEFAULT_STATE_DIR),
+        (sglang_launch, ('instances', 'log_max_bytes'), server_log.LOG_MAX_BYTES),
+        (sglang_launch, ('instances', 'log_keep'), server_log.LOG_KEEP),
     ],
-    ids=['sglang_launch state_dir', 'sglang_launch instances[].python', 'sglang_info state_dir'],
+    ids=['sglang_launch state_dir', 'sglang_launch instances[].python', 'sglang_info state_dir', 'log_max_bytes', 'log_keep'],
 )
 def test_documented_module_defaults_are_the_constants(module, path, expected):
     options = documentation(module)['options']
@@ -80,6 +83,8 @@ def test_documented_module_defaults_are_the_constants(module, path, expected):
         ('sglang_server', 'sglang_server_version', VERSION),
         ('sglang_server', 'sglang_server_python', instance.DEFAULT_VENV),
         ('sglang_server', 'sglang_server_state_dir', instance.DEFAULT_STATE_DIR),
+        ('sglang_server', 'sglang_server_log_max_bytes', server_log.LOG_MAX_BYTES),
+        ('sglang_server', 'sglang_server_log_keep', server_log.LOG_KEEP),
     ],
 )
 def test_role_defaults_are_the_constants(role, variable, expected):

@@ -125,3 +125,10 @@ def test_gpu_reset_table(reports, options, expected):
 def test_the_report_keeps_command_lines_whole():
     gpu_reset_table({'node-a': LONG})
     assert LONG['killed'][1]['cmdline'] == LAUNCHER
+
+
+def test_a_wait_that_timed_out_gets_a_line_naming_what_holds_the_gpu():
+    report = dict(REPORT, after=[state(0, 70000), state(1, 2048)], wait_error='GPUs still not clean after 1.0s on host h: GPU 0: 70000 MiB used, no process')
+    lines = gpu_reset_table({'gpu-a': report, 'gpu-b': REPORT})
+    assert 'gpu-a: GPUs still not clean after 1.0s on host h: GPU 0: 70000 MiB used, no process' in lines
+    assert not any(line.startswith('gpu-b: GPUs still') for line in lines)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances import merge_speculative
+from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances import merge_speculative, sglang_server_instances
 
 EAGLE = dict(algorithm='EAGLE3', draft_model_path='/models/draft')
 
@@ -36,3 +36,29 @@ def test_speculative_shorthands(base, override, expected):
 def test_unknown_speculative_key_is_refused():
     with pytest.raises(AnsibleFilterError, match='speculative: unknown key'):
         merge_speculative({}, dict(steps=3))
+
+
+SECRET = 'sk-never-shown-1234'
+
+
+@pytest.mark.parametrize(
+    'instances, override, expected',
+    [
+        ([dict(name='a', gpu=3, api_key=SECRET)], {}, 'sglang_server_instances[0]: unknown key(s) gpu'),
+        ([dict(name='a', port=1, api_key=SECRET), dict(name='a', port=2)], {}, "sglang_server_instances[1].name: 'a' is also the name of instance 0"),
+        ([dict(name='a', api_key=SECRET)], dict(steps=3), 'speculative: unknown key(s) steps; use '),
+        ([dict(name='a', api_key=SECRET), SECRET], {}, 'sglang_server_instances: a list of mappings is expected, got a list of dict, str'),
+        ([dict(name='a', api_key=SECRET)], {}, ''),
+    ],
+)
+def test_the_problem_is_named_without_a_secret(instances, override, expected):
+    problem = sglang_server_instances(dict(name='default', port=30000), instances, override, problem=True)
+    assert problem.startswith(expected) and (expected or problem == '')
+    assert SECRET not in problem
+
+
+def test_without_problem_the_instances_resolve_and_a_problem_raises():
+    resolved = sglang_server_instances(dict(name='default', port=30000), [dict(name='a')])
+    assert [r['name'] for r in resolved] == ['a']
+    with pytest.raises(AnsibleFilterError, match='unknown key'):
+        sglang_server_instances({}, [dict(gpu=3)])

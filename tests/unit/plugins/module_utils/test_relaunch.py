@@ -402,3 +402,17 @@ def test_an_undo_record_keeps_what_ran_before_the_run_and_its_summary_no_configu
 )
 def test_run_labels(label, ok):
     assert bool(relaunch.RUN_LABEL_RE.match(label)) is ok
+
+
+def test_a_server_failure_reads_cause_first_and_the_module_message_keeps_the_excerpt_apart():
+    failure = relaunch.ServerFailure('RuntimeError: boom', 'the SGLang server a exited during startup, pid 7', '/s/a.log', 'Traceback\nRuntimeError: boom')
+    assert str(failure) == 'RuntimeError: boom (the SGLang server a exited during startup, pid 7); full log: /s/a.log'
+    rows = [
+        dict(name='a', result='rolled back', message=str(failure) + '; rolled back', log_file='/s/a.log', log_excerpt=failure.log_excerpt),
+        dict(name='b', result='failed', message='gpu_clean_timeout: GPU 1 is not clean', log_file='/s/b.log', log_excerpt=None),
+    ]
+    text = relaunch.failure_text(rows)
+    first, rest = text.split('\n', 1)
+    assert first.startswith('RuntimeError: boom (the SGLang server a exited')
+    assert first.endswith('[instance a: rolled back]; gpu_clean_timeout: GPU 1 is not clean [instance b: failed]')
+    assert rest == 'last lines of /s/a.log that matter:\nTraceback\nRuntimeError: boom'
