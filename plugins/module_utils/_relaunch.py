@@ -35,7 +35,16 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._environment impor
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import NAME_RE, Instance, speculative_of
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
-from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES, copy_truncate, excerpt, read_since, rotate, size
+from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import (
+    LOG_KEEP,
+    LOG_MAX_BYTES,
+    copy_truncate,
+    excerpt,
+    needs_rotation,
+    read_since,
+    rotate,
+    size,
+)
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
     LAUNCH_MODULE,
@@ -831,6 +840,10 @@ class Relaunch:
             result['replaced_trial'] = found_mark
         wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
+        if action == 'unchanged' and self.state != 'stopped':
+            # An unchanged call rotates a running server's log that reached log_max_bytes: the relaunch playbook
+            # makes that call for it (the host is not set aside).
+            result['log_rotation_due'] = needs_rotation(spec.log_file, spec.params.get('log_max_bytes') or 0)
         if self.state != 'stopped':
             result.update(public(spec, state if action == 'unchanged' else None))
         running_what = ', trial %s of sweep %s' % (found_mark.get('trial'), found_mark.get('sweep')) if found_mark else ''

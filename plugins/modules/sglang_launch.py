@@ -536,6 +536,12 @@ instances:
         since: '2025-01-31T10:12:44+00:00'
         started: '2025-01-31T10:20:02+00:00'
         before: {running: true, label: EAGLE3 2/1/3, speculative: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}}
+    log_rotation_due:
+      description: In check mode, for an unchanged instance, whether its running server's log has reached
+        O(instances[].log_max_bytes), so that the same call without check mode would rotate it.
+      type: bool
+      returned: in check mode, for an unchanged instance
+      sample: false
     undo:
       description: What an undo of the run that last changed the instance gives back (C(run), C(recorded_at), the
         C(speculative) parameters it ran before, C(restorable) false when nothing ran); null when no run label was

@@ -258,6 +258,16 @@ def test_an_unchanged_relaunch_is_a_fast_path_without_generation(fleet):
     # Unchanged: no smoke generation (no SMOKE TOK/S, no SMOKE ACCEPT), no stop, the same server.
     assert all(r.endswith('unchanged') and r.split()[-3:-1] == ['-', '-'] for r in rows[1:]), rows
     assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
+    # Set aside after the preflight: the rolling play's relaunch task ran on no host.
+    assert 'TASK [gpufleet.sglang.sglang_server : Relaunch the instances of the host, verified, with rollback]' not in out.stdout
+    # A running server's log that reached its limit is not set aside: the unchanged call rotates it, same server.
+    logs = dict((name, Path(v['sglang_server_state_dir']) / 'llama.log') for name, v in fleet['vars'].items())
+    assert all(path.stat().st_size > 0 for path in logs.values()), logs
+    rotated = run(fleet['inventory'], 'relaunch.yml', '-e', '{"sglang_server_log_max_bytes": 1}', *BATCH)
+    assert rotated.returncode == 0, rotated.stdout[-4000:] + rotated.stderr
+    assert all(r.endswith('unchanged') for r in table(rotated.stdout)[1:]), table(rotated.stdout)
+    assert dict((name, server_pid(v)) for name, v in fleet['vars'].items()) == before
+    assert all(Path('%s.1' % path).stat().st_size > 0 for path in logs.values()), logs
 
 
 def test_an_interrupted_relaunch_blocks_nothing_and_the_rerun_brings_the_instance_back(make_host, tmp_path):
