@@ -198,7 +198,7 @@ def test_sglang_launch_systemd(gpu_host: str, tmp_path: Path) -> None:
 
     # 2b. log rotation of the running unit's log (StandardOutput=append: holds it with O_APPEND): copied and truncated
     log = "/var/lib/gpufleet-sglang/demo.log"
-    rotated, _ = module(host, tmp_path, dict(args, log_max_bytes=1, log_keep=2))
+    rotated, dummy = module(host, tmp_path, dict(args, log_max_bytes=1, log_keep=2))
     assert not rotated["failed"] and rotated["changed"] is False, rotated
     assert rotated["log_rotated"] == [log + ".1"], rotated
     server_info(host, port)  # one more request: the running server logs it into the emptied file
