@@ -67,6 +67,9 @@ def params(python: str, **extra) -> dict:
         tokenizer=None,
         model=None,
         timeout=60.0,
+        dataset_path=None,
+        dataset_sha256=None,
+        slo=None,
     )
     out.update(extra)
     return out
