@@ -374,7 +374,8 @@ class Benchmark:
                 self.module.fail_json(msg='dataset_path: %s cannot be read: %s' % (path, exc.strerror))
             if digest.hexdigest() != p['dataset_sha256'].strip().lower():
                 self.module.fail_json(
-                    msg='dataset_path: %s has sha256 %s, not the %s expected; the file changed since it was checked' % (path, digest.hexdigest(), p['dataset_sha256'])
+                    msg='dataset_path: %s has sha256 %s, not the %s expected; the file changed since it was checked'
+                    % (path, digest.hexdigest(), p['dataset_sha256'])
                 )
 
     def slo(self) -> dict:

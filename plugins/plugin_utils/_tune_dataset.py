@@ -67,7 +67,9 @@ def count_sharegpt(data, path: str, problems: list[str]) -> int:
             continue
         # The client reads turns[0]["value"] and turns[1]["value"] and stops with a KeyError on an entry without them.
         if not all(isinstance(t, dict) and 'value' in t for t in turns[:2]):
-            problems.append('%s: %s entry %d has a turn without "value" among its first two, which SGLang\'s ShareGPT loader cannot read' % (FIELD, path, index))
+            problems.append(
+                '%s: %s entry %d has a turn without "value" among its first two, which SGLang\'s ShareGPT loader cannot read' % (FIELD, path, index)
+            )
             return 0
         if _usable(turns[0]['value']):
             usable += 1

@@ -264,7 +264,9 @@ def slo_settings(value, problems: list[str]) -> dict | None:
         out[key] = amount
     attainment = DEFAULT_ATTAINMENT if value.get('attainment') in (None, '') else _amount('slo.attainment', value['attainment'], problems)
     if attainment is not None and not 0 < attainment <= 1:
-        problems.append('slo.attainment: %s is out of range; it is the share of requests that must meet the limits, above 0 and at most 1' % value['attainment'])
+        problems.append(
+            'slo.attainment: %s is out of range; it is the share of requests that must meet the limits, above 0 and at most 1' % value['attainment']
+        )
         attainment = None
     if all(out[k] is None for k in SLO_LIMITS) and len(problems) == bad:
         problems.append('slo: give at least one limit (%s)' % ', '.join(SLO_LIMITS))

@@ -494,7 +494,11 @@ def _slo_verdict(choice: dict, concurrency: int, slo: dict) -> list[str]:
         out.append('')
         out.append(
             'Violate the SLO at concurrency %d (%s): %s.'
-            % (concurrency, slo_text(slo), ', '.join('%s (%s met it)' % (r['label'], _percent(r.get('attainment'))) for r in sorted(violating, key=lambda r: r['label'])))
+            % (
+                concurrency,
+                slo_text(slo),
+                ', '.join('%s (%s met it)' % (r['label'], _percent(r.get('attainment'))) for r in sorted(violating, key=lambda r: r['label'])),
+            )
         )
         out.append('')
         for row in sorted(violating, key=lambda r: r['label']):

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from relaunch_fleet import run
+from sglang.simulator import speed  # noqa: E402  pylint: disable=wrong-import-order
 from test_tune import BEFORE, start, winner_of
 from tune_fleet import expected_optimum, make_fleet, progress_lines, read_run, running, tune, write_grid
-
-from sglang.simulator import speed  # noqa: E402  pylint: disable=wrong-import-order
 
 # The simulator's prefill: 600 prompt tokens at 1000 tok/s, 0.6 s; a speculative server also runs the draft model over
 # the prompt, a quarter of that per step: 0.75 s to the first token at 1 step, 1.05 s at 3. Cheap draft steps put 1 step
@@ -94,7 +93,9 @@ def sharegpt_file(path: Path, prompt, count: int = 6) -> Path:
 
 
 def jsonl_file(path: Path, prompt, count: int = 6) -> Path:
-    path.write_text(''.join(json.dumps({'conversations': [{'role': 'user', 'content': prompt(n)}, {'role': 'assistant', 'content': 'ok'}]}) + '\n' for n in range(count)))
+    path.write_text(
+        ''.join(json.dumps({'conversations': [{'role': 'user', 'content': prompt(n)}, {'role': 'assistant', 'content': 'ok'}]}) + '\n' for n in range(count))
+    )
     return path
 
 
@@ -114,7 +115,10 @@ def test_the_winner_moves_with_the_users_prompts(make_host, tmp_path):
             assert 'sha256 %s' % digest in out.stdout
             assert prompt(0) not in out.stdout + out.stderr  # the prompts themselves are never printed
             found = read_run(run_dir)
-            assert 'sha256 `%s`' % digest in found['report'] and '--dataset-name %s --dataset-path FILE' % ('sharegpt' if make is sharegpt_file else 'custom') in found['report']
+            assert (
+                'sha256 `%s`' % digest in found['report']
+                and '--dataset-name %s --dataset-path FILE' % ('sharegpt' if make is sharegpt_file else 'custom') in found['report']
+            )
             # On every host: the file, byte for byte, its owner's only
             for hvars in fleet['vars'].values():
                 copied = Path(hvars['sglang_server_state_dir']) / 'sweep-datasets' / ('%s.%s' % (digest, 'json' if make is sharegpt_file else 'jsonl'))

@@ -131,11 +131,26 @@ def _conversations(count: int) -> list:
 DATASETS = [
     ('missing', lambda d: d / 'nowhere.json', {}, ['benchmark.dataset: {path} does not exist on the controller']),
     ('directory', lambda d: d, {}, ['benchmark.dataset: {path} is not a regular file']),
-    ('not-json', lambda d: _write(d / 'p.json', '[{"conversations": "%s' % SECRETS['api_key']), dict(dataset_name='sharegpt'), ['{path} is not JSON (line 1, column']),
+    (
+        'not-json',
+        lambda d: _write(d / 'p.json', '[{"conversations": "%s' % SECRETS['api_key']),
+        dict(dataset_name='sharegpt'),
+        ['{path} is not JSON (line 1, column'],
+    ),
     ('too-few', lambda d: _write(d / 'p.json', json.dumps(_conversations(2))), {}, ['{path} holds 2 usable prompts, fewer than benchmark.num_prompts 3']),
-    ('list-as-jsonl', lambda d: _write(d / 'p.jsonl', json.dumps(_conversations(5))), dict(dataset_name='custom'), ['{path} is one JSON list (ShareGPT), not JSONL']),
+    (
+        'list-as-jsonl',
+        lambda d: _write(d / 'p.jsonl', json.dumps(_conversations(5))),
+        dict(dataset_name='custom'),
+        ['{path} is one JSON list (ShareGPT), not JSONL'],
+    ),
     ('output-too-short', lambda d: _write(d / 'p.json', json.dumps(_conversations(5))), dict(output_len=3), ["benchmark.output_len: 3 is out of range"]),
-    ('random-with-file', lambda d: _write(d / 'p.json', json.dumps(_conversations(5))), dict(dataset_name='random'), ["benchmark.dataset_name: 'random' does not read a file"]),
+    (
+        'random-with-file',
+        lambda d: _write(d / 'p.json', json.dumps(_conversations(5))),
+        dict(dataset_name='random'),
+        ["benchmark.dataset_name: 'random' does not read a file"],
+    ),
 ]
 
 

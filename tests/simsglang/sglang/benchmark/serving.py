@@ -268,7 +268,7 @@ def sample_custom_requests(args):
     if not os.path.isfile(args.dataset_path):
         raise FileNotFoundError("Dataset not found at %s" % args.dataset_path)
     dataset = []
-    with open(args.dataset_path, "r", encoding="utf-8") as handle:
+    with open(args.dataset_path, encoding="utf-8") as handle:
         for line in handle:
             line = line.strip()
             if line:
@@ -309,7 +309,7 @@ def calculate_goodput(outputs, goodput_slos, dur_s):
 
 
 def print_goodput(goodput):
-    slos = " ".join("%s:%s" % (name, "{:g}".format(slo)) for name, slo in goodput["goodput_slos_ms"].items())
+    slos = " ".join("%s:%s" % (name, f"{slo:g}") for name, slo in goodput["goodput_slos_ms"].items())
     print("{s:{c}^{n}}".format(s="Goodput", n=50, c="-"))
     print("{:<40} {:<10}".format("SLOs (ms):", slos))
     print("{:<40} {:<10.2f}".format("Request goodput (req/s):", goodput["request_goodput"]))

@@ -26,7 +26,9 @@ def make_plan(run_dir, repeats=3, **values) -> dict:
     values.setdefault('benchmark', dict(concurrency=[1]))
     plan = dict(grid.expand(dict(values, seed=3, repeats=repeats), DRAFT), hosts=['a', 'b', 'c'], run_dir=str(run_dir), command='x')
     # one round per trial: what the records below hold
-    plan['schedule'] = [dict([(h, dict(id='%s#%d' % (p['id'], r), point=p['id'], repeat=r))]) for p in plan['points'] for h, r in (('a', 1), ('b', 2), ('c', 3))[:repeats]]
+    plan['schedule'] = [
+        dict([(h, dict(id='%s#%d' % (p['id'], r), point=p['id'], repeat=r))]) for p in plan['points'] for h, r in (('a', 1), ('b', 2), ('c', 3))[:repeats]
+    ]
     return plan
 
 
@@ -134,7 +136,8 @@ def test_the_report_says_who_violates_and_when_nothing_meets_it(tmp_path):
     for line in (
         'SLO: TTFT <= 500 ms for 90% of requests.',
         '--goodput ttft:500 --output-details',
-        '**Winner** at concurrency 1 (what `apply` uses): **EAGLE 1/1/2**, 105.0 good tok/s (95% interval [104.0, 106.0]), meeting the SLO for 95.0% of its requests.',
+        '**Winner** at concurrency 1 (what `apply` uses): **EAGLE 1/1/2**, 105.0 good tok/s (95% interval [104.0, 106.0]), '
+        'meeting the SLO for 95.0% of its requests.',
         'Violate the SLO at concurrency 1 (TTFT <= 500 ms for 90% of requests): EAGLE 2/1/3 (70.0% met it), EAGLE 3/1/4 (0.0% met it).',
         'By output tok/s alone the winner would be **EAGLE 2/1/3** (140.0 tok/s); within the SLO it is **EAGLE 1/1/2**.',
         '| 70.0% (violates) | 98.0 | [97.0, 99.0] |',
@@ -210,7 +213,10 @@ def test_the_file_must_be_a_readable_regular_file(tmp_path):
     problems: list[str] = []
     assert dataset.check(str(tmp_path), None, 1, problems) is None
     assert dataset.check(str(tmp_path / 'missing.json'), None, 1, problems) is None
-    assert problems == ['benchmark.dataset: %s is not a regular file' % tmp_path, 'benchmark.dataset: %s does not exist on the controller' % (tmp_path / 'missing.json')]
+    assert problems == [
+        'benchmark.dataset: %s is not a regular file' % tmp_path,
+        'benchmark.dataset: %s does not exist on the controller' % (tmp_path / 'missing.json'),
+    ]
     if os.geteuid() != 0:
         unreadable = tmp_path / 'closed.json'
         unreadable.write_text(_sharegpt(1))
