@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 from relaunch_fleet import run
-from sglang.simulator import speed  # noqa: E402  pylint: disable=wrong-import-order
 from test_tune import BEFORE, start, winner_of
-from tune_fleet import expected_optimum, make_fleet, progress_lines, read_run, running, tune, write_grid
+from tune_fleet import expected_optimum, make_fleet, progress_lines, read_run, running, speed, tune, write_grid
 
 # The simulator's prefill: 600 prompt tokens at 1000 tok/s, 0.6 s; a speculative server also runs the draft model over
 # the prompt, a quarter of that per step: 0.75 s to the first token at 1 step, 1.05 s at 3. Cheap draft steps put 1 step
 # 35% above the baseline and 3 steps 28% above 1 step. A TTFT limit of 900 ms sits 150 ms from each side.
 LATENCY = dict(prefill_tok_s=1000.0, spec_prefill_cost=0.25, draft_step_cost=0.4)
-SLO_BENCHMARK = dict(input_len=600, output_len=48, num_prompts=3, concurrency=[1], warmup_requests=1)
+# range_ratio 1: every request of the same lengths (SGLang's random lengths run from ratio x length to the length).
+SLO_BENCHMARK = dict(input_len=600, output_len=48, range_ratio=1.0, num_prompts=3, concurrency=[1], warmup_requests=1)
 
 
 def test_an_slo_changes_the_winner_and_apply_follows_it(make_host, tmp_path):
