@@ -103,6 +103,11 @@ PLAYBOOK_VARS = (
     'benchmark_num_prompts',
     'benchmark_concurrency',
     'benchmark_warmup_requests',
+    'benchmark_dataset',
+    'slo_ttft_ms',
+    'slo_tpot_ms',
+    'slo_e2e_ms',
+    'slo_attainment',
 )
 
 

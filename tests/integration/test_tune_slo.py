@@ -14,22 +14,23 @@ from relaunch_fleet import run
 from test_tune import BEFORE, start, winner_of
 from tune_fleet import expected_optimum, make_fleet, progress_lines, read_run, running, speed, tune, write_grid
 
-# The simulator's prefill: 600 prompt tokens at 1000 tok/s, 0.6 s; a speculative server also runs the draft model over
-# the prompt, a quarter of that per step: 0.75 s to the first token at 1 step, 1.05 s at 3. Cheap draft steps put 1 step
-# 35% above the baseline and 3 steps 28% above 1 step. A TTFT limit of 900 ms sits 150 ms from each side.
-LATENCY = dict(prefill_tok_s=1000.0, spec_prefill_cost=0.25, draft_step_cost=0.4)
+# The simulator's prefill: 300 prompt tokens at 1000 tok/s, 0.3 s; a speculative server also runs the draft model over
+# the prompt, half of that per step: 0.45 s to the first token at 1 step, 0.75 s at 3. A TTFT limit of 600 ms sits
+# 150 ms from each side. Cheap draft steps and 400 output tokens a request: by tok/s (first token included) 3 steps lead
+# 1 step by about 13%, and 1 step the baseline by about 25%.
+LATENCY = dict(prefill_tok_s=1000.0, spec_prefill_cost=0.5, draft_step_cost=0.4)
 # range_ratio 1: every request of the same lengths (SGLang's random lengths run from ratio x length to the length).
-SLO_BENCHMARK = dict(input_len=600, output_len=48, range_ratio=1.0, num_prompts=3, concurrency=[1], warmup_requests=1)
+SLO_BENCHMARK = dict(input_len=300, output_len=400, range_ratio=1.0, num_prompts=3, concurrency=[1], warmup_requests=1)
 
 
 def test_an_slo_changes_the_winner_and_apply_follows_it(make_host, tmp_path):
     fleet = make_fleet(make_host, tmp_path, config=LATENCY)
     try:
         start(fleet)
-        grid = write_grid(tmp_path / 'grid.yml', steps=[1, 3], repeats=3, seed=4, benchmark=SLO_BENCHMARK, slo=dict(ttft_ms=900))
+        grid = write_grid(tmp_path / 'grid.yml', steps=[1, 3], repeats=3, seed=4, benchmark=SLO_BENCHMARK, slo=dict(ttft_ms=600))
         out = tune(fleet, grid, '-e', 'run_dir=%s' % (tmp_path / 'sweep'), '-e', 'apply=true')
         assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
-        assert 'SLO: TTFT <= 900 ms for 99% of requests' in out.stdout
+        assert 'SLO: TTFT <= 600 ms for 99% of requests' in out.stdout
         assert all('SLO met by' in line for line in progress_lines(out.stdout))
         found = read_run(tmp_path / 'sweep')
         points = found['plan']['points']
@@ -38,13 +39,13 @@ def test_an_slo_changes_the_winner_and_apply_follows_it(make_host, tmp_path):
         assert fastest['id'] == 'EAGLE-3-1-4@default'
         rows = dict((r['point'], r) for r in found['rows'])
         assert rows['EAGLE-3-1-4@default']['meets_slo'] == 'no' and float(rows['EAGLE-3-1-4@default']['slo_attainment']) == 0.0
-        assert float(rows['EAGLE-3-1-4@default']['p99_ttft_ms']) > 900
+        assert float(rows['EAGLE-3-1-4@default']['p99_ttft_ms']) > 600
         assert rows['EAGLE-1-1-2@default']['meets_slo'] == 'yes' and rows['baseline@default']['meets_slo'] == 'yes'
         assert winner_of(found['rows'], 1) == 'EAGLE-1-1-2@default'
         report = found['report']
         assert 'By output tok/s alone the winner would be **EAGLE 3/1/4**' in report and 'within the SLO it is **EAGLE 1/1/2**' in report
-        assert 'Violate the SLO at concurrency 1 (TTFT <= 900 ms for 99% of requests): EAGLE 3/1/4 (0.0% met it).' in report
-        assert '--goodput ttft:900 --output-details' in report
+        assert 'Violate the SLO at concurrency 1 (TTFT <= 600 ms for 99% of requests): EAGLE 3/1/4 (0.0% met it).' in report
+        assert '--goodput ttft:600 --output-details' in report
         # Every trial recorded its goodput; the good tok/s of a point that meets the SLO is its tok/s.
         for trial in found['trials']:
             level = trial['levels'][0]
@@ -62,13 +63,14 @@ def test_an_slo_nothing_meets_gives_no_winner_and_nothing_is_applied(make_host, 
     fleet = make_fleet(make_host, tmp_path, count=2, config=LATENCY)
     try:
         start(fleet)
-        # 300 ms: below the baseline's own prefill of 600 ms
-        grid = write_grid(tmp_path / 'grid.yml', steps=[1], repeats=1, seed=2, benchmark=SLO_BENCHMARK, slo=dict(ttft_ms=300, attainment=0.5))
+        # 150 ms: below the baseline's own prefill of 300 ms
+        bench = dict(SLO_BENCHMARK, output_len=48)
+        grid = write_grid(tmp_path / 'grid.yml', steps=[1], repeats=1, seed=2, benchmark=bench, slo=dict(ttft_ms=150, attainment=0.5))
         out = tune(fleet, grid, '-e', 'run_dir=%s' % (tmp_path / 'sweep'), '-e', 'apply=true')
         assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
         said = ' '.join(out.stdout.split())
-        assert 'No winner: no point meets the SLO (TTFT <= 300 ms for 50% of requests) at concurrency 1, so there is nothing to apply' in said
-        assert 'Violate the SLO at concurrency 1 (TTFT <= 300 ms for 50% of requests): EAGLE 1/1/2 (0.0% met it), baseline (0.0% met it).' in said
+        assert 'No winner: no point meets the SLO (TTFT <= 150 ms for 50% of requests) at concurrency 1, so there is nothing to apply' in said
+        assert 'Violate the SLO at concurrency 1 (TTFT <= 150 ms for 50% of requests): EAGLE 1/1/2 (0.0% met it), baseline (0.0% met it).' in said
         assert 'apply: the winner' not in said
         found = read_run(tmp_path / 'sweep')
         assert [r['winner'] for r in found['rows']] == ['no', 'no'] and all(r['meets_slo'] == 'no' for r in found['rows'])
