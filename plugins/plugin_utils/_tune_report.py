@@ -522,7 +522,8 @@ def _slo_verdict(choice: dict, concurrency: int, slo: dict) -> list[str]:
 def _verdict(choice: dict, concurrency: int, unit: str = 'tok/s') -> list[str]:
     winner = choice.get('winner')
     if not winner:
-        return ['Nothing was measured at this concurrency.' if unit == 'tok/s' else 'No point that meets the SLO was measured at this concurrency.']
+        # Under an SLO, _slo_verdict says that nothing meets it.
+        return ['Nothing was measured at this concurrency.'] if unit == 'tok/s' else []
     if winner['stats'].get('ci_low') is None:
         out = [
             'Winner at concurrency %d: **%s**, the best median, %.1f %s (too few runs for an interval).'
