@@ -103,7 +103,9 @@ options:
     type: int
     default: 1024
   range_ratio:
-    description: C(--random-range-ratio); 0 gives every request the same lengths.
+    description:
+      - C(--random-range-ratio). SGLang draws each length from O(range_ratio) times the length up to the length (at
+        least 1 token), so V(1) gives every request the same lengths and V(0) any length from 1 token up.
     type: float
     default: 0.0
   num_prompts:
