@@ -55,6 +55,9 @@ VERDICT_LINES = (
     'It is',
     'It **cannot',
     'No speculative point',
+    'No point meets the SLO',
+    'By output tok/s alone',
+    'Violate the SLO',
     'The best point',
     'The curve turns',
     'Sweep wall time',
@@ -105,6 +108,8 @@ def grid_yaml(grid: dict, plan: dict) -> str:
     effective.update(seed=plan['seed'], repeats=plan['repeats'], benchmark=plan['benchmark'], adaptive=plan['adaptive'])
     effective['environments'] = plan['environments']
     effective['apply_concurrency'] = plan['apply_concurrency']
+    if plan.get('slo'):
+        effective['slo'] = plan['slo']
     return '# The grid of the sweep in %s, seed included: ansible-playbook gpufleet.sglang.tune -e @this-file\n%s\n' % (
         plan['run_dir'],
         json.dumps(effective, indent=2, sort_keys=True),
@@ -220,6 +225,15 @@ class ActionModule(ActionBase):
             ),
             'run directory %s' % run_dir.path,
         ] + notes
+        if plan.get('slo'):
+            lines.append('SLO: %s; the winner is the best in good output tok/s among the points that meet it' % grid_rules.slo_text(plan['slo']))
+        bench = plan['benchmark']
+        if bench.get('dataset'):
+            # The file's name, size and checksum; never its content.
+            lines.append(
+                'prompts: %s (%s, %d usable prompts, %d bytes, sha256 %s), copied to each host'
+                % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'])
+            )
         lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
         for number, this_round in enumerate(plan['schedule']):
             lines.append('round %d: %s' % (number + 1, ', '.join('%s %s' % (h, t['id']) for h, t in sorted(this_round.items()))))
@@ -233,6 +247,8 @@ class ActionModule(ActionBase):
             apply=plan['apply'],
             apply_concurrency=plan['apply_concurrency'],
             benchmark=plan['benchmark'],
+            slo=plan.get('slo'),
+            slo_limits=grid_rules.slo_limits(plan.get('slo')),
             msg=lines,
             changed=not self._task.check_mode and not resumed,
         )
@@ -379,6 +395,8 @@ class ActionModule(ActionBase):
                 '%.2f' % first['accept_length'] if first.get('accept_length') is not None else '-',
                 first.get('concurrency'),
             )
+            if first.get('slo_attainment') is not None:
+                line += ', SLO met by %.0f%% of requests, %.1f good tok/s' % (100 * first['slo_attainment'], first.get('good_output_throughput') or 0.0)
         display.display(line)
         return dict(status=record['status'], reason=reason, msg=line, changed=not self._task.check_mode)
 

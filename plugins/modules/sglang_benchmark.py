@@ -11,11 +11,15 @@ short_description: Benchmark an SGLang server of the host with SGLang's own serv
 version_added: 0.1.0
 description:
   - Runs C(<python> -m sglang.benchmark.serving --backend sglang) from the SGLang installed on the host against a server
-    of the host, once per O(concurrency) level (C(--max-concurrency)), on the random dataset, and reads the result
-    from the client's C(--output-file).
+    of the host, once per O(concurrency) level (C(--max-concurrency)), on the random dataset or on a file of prompts
+    on the host (O(dataset_path), ShareGPT JSON or JSONL), and reads the result from the client's C(--output-file).
   - Returns per level the output tokens per second, mean and p99 time to first token and inter-token latency, the
     accept length the server reports, and how many requests completed and failed. A level whose client fails or
     that has any failed request is returned with C(measured=false) and the reason, and the task fails.
+  - With O(slo), the client judges every request against the latency limits (C(--goodput)) and writes per-request
+    latencies (C(--output-details)); each level then also returns the good requests per second and the share of
+    requests that met the limits (the client's own C(request_goodput) and C(slo_attainment); a failed request is never
+    good) and the output tokens per second of the good requests.
   - "The API key reaches the client through the environment variable C(OPENAI_API_KEY), which it sends as
     C(Authorization: Bearer <key>); it is never on the command line, in the result or in the log. The client's
     output file (which carries the server's C(/server_info), the key included) lives in a private temporary
@@ -62,20 +66,46 @@ options:
     elements: int
     required: true
   dataset_name:
-    description: C(--dataset-name).
+    description:
+      - C(--dataset-name). V(sharegpt) (one JSON list of conversations) and V(custom) (JSONL, one conversation a line)
+        read O(dataset_path); every request then generates O(output_len) tokens (C(--sharegpt-output-len)).
     type: str
-    choices: [random, random-ids]
+    choices: [random, random-ids, sharegpt, custom]
     default: random
+  dataset_path:
+    description:
+      - C(--dataset-path), the file of prompts on the host; required with O(dataset_name=sharegpt) or V(custom).
+    type: path
+  dataset_sha256:
+    description:
+      - The SHA-256 the file of O(dataset_path) must have; a file that differs is refused before any request is sent.
+    type: str
+  slo:
+    description:
+      - Latency limits per request, in milliseconds, passed as C(--goodput ttft:MS tpot:MS e2el:MS); at least one.
+    type: dict
+    suboptions:
+      ttft_ms:
+        description: Time to first token.
+        type: float
+      tpot_ms:
+        description: Time per output token after the first (the request's mean inter-token latency).
+        type: float
+      e2e_ms:
+        description: End-to-end latency of the request.
+        type: float
   input_len:
-    description: C(--random-input-len), prompt tokens per request.
+    description: C(--random-input-len), prompt tokens per request (random datasets only).
     type: int
     default: 1024
   output_len:
-    description: C(--random-output-len), generated tokens per request.
+    description: C(--random-output-len) (C(--sharegpt-output-len) with a file of prompts), generated tokens per request.
     type: int
     default: 1024
   range_ratio:
-    description: C(--random-range-ratio); 0 gives every request the same lengths.
+    description:
+      - C(--random-range-ratio). SGLang draws each length from O(range_ratio) times the length up to the length (at
+        least 1 token), so V(1) gives every request the same lengths and V(0) any length from 1 token up.
     type: float
     default: 0.0
   num_prompts:
@@ -188,6 +218,32 @@ levels:
       description: Completed requests per second.
       type: float
       sample: 2.84
+    p99_tpot_ms:
+      description: 99th percentile of the time per output token, ms.
+      type: float
+      sample: 12.1
+    p99_e2e_ms:
+      description: 99th percentile of the end-to-end latency, ms.
+      type: float
+      sample: 4120.0
+    request_goodput:
+      description: With O(slo), requests per second that succeeded and met every limit (the client's C(request_goodput)).
+      type: float
+      sample: 2.5
+    slo_attainment:
+      description: With O(slo), the share of the requests sent that met every limit, 0 to 1 (C(slo_attainment)).
+      type: float
+      sample: 0.88
+    slo_attainment_by_metric:
+      description: With O(slo), the share of requests that met each limit (C(ttft), C(tpot), C(e2el)).
+      type: dict
+      sample: {ttft: 0.95, tpot: 0.9}
+    good_output_throughput:
+      description:
+        - With O(slo), output tokens per second of the requests that succeeded and met every limit, judged per request
+          from C(--output-details) (the end-to-end latency as the time to first token plus the inter-token intervals).
+      type: float
+      sample: 1260.4
     seconds:
       description: Seconds the client process ran (warm-up and tokenizer load included).
       type: float
@@ -222,6 +278,7 @@ url:
   sample: http://127.0.0.1:30000
 '''
 
+import hashlib
 import json
 import math
 import os
@@ -237,7 +294,13 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import i
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import SERVER_PATH
 
 CLIENT = 'sglang.benchmark.serving'
-FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput')
+FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput', 'p99_tpot_ms')
+# The client's keys for figures named otherwise here.
+RENAMED = dict(p99_e2e_ms='p99_e2e_latency_ms')
+GOODPUT_FIGURES = ('request_goodput', 'slo_attainment', 'good_output_throughput')
+# slo option -> the client's --goodput metric.
+SLO_METRICS = dict(ttft_ms='ttft', tpot_ms='tpot', e2e_ms='e2el')
+FILE_DATASETS = ('sharegpt', 'custom')
 # Names the client reads an API key from (OPENAI_API_KEY is sent as a Bearer token, which SGLang expects).
 KEY_VARIABLES = ('OPENAI_API_KEY', 'API_KEY')
 OUTPUT_TAIL = 20
@@ -279,11 +342,62 @@ class Benchmark:
         for name in p['environment']:
             if name.upper() in KEY_VARIABLES:
                 self.module.fail_json(msg='environment: %s carries the API key; give it as api_key, which is kept secret' % name)
+        self.validate_inputs()
         if not os.path.isfile(self.python) or not os.access(self.python, os.X_OK):
             self.module.fail_json(msg='python: %s is not an executable Python (is SGLang installed there?)' % self.params['python'])
 
+    def validate_inputs(self) -> None:
+        """The file of prompts and the SLO, before any request."""
+        p = self.params
+        slo = dict((k, v) for k, v in (p['slo'] or {}).items() if v is not None)
+        if p['slo'] is not None and not slo:
+            self.module.fail_json(msg='slo: give at least one limit (%s)' % ', '.join(SLO_METRICS))
+        for key, value in slo.items():
+            if not math.isfinite(value) or value <= 0:
+                self.module.fail_json(msg='slo.%s: %s is out of range; a limit is a number of milliseconds above 0' % (key, value))
+        if p['dataset_name'] not in FILE_DATASETS:
+            if p['dataset_path']:
+                self.module.fail_json(msg='dataset_path: %s is read with dataset_name sharegpt or custom, not %s' % (p['dataset_path'], p['dataset_name']))
+            return
+        path = p['dataset_path']
+        if not path:
+            self.module.fail_json(msg='dataset_path: dataset_name %s reads a file of prompts on the host: give its path' % p['dataset_name'])
+        if p['output_len'] < 4:
+            self.module.fail_json(msg="output_len: %s is out of range with a file of prompts; SGLang's client needs at least 4" % p['output_len'])
+        if not os.path.isfile(path):
+            self.module.fail_json(msg='dataset_path: %s is not a file on the host' % path)
+        if p['dataset_sha256']:
+            digest = hashlib.sha256()
+            try:
+                with open(path, 'rb') as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b''):
+                        digest.update(block)
+            except OSError as exc:
+                self.module.fail_json(msg='dataset_path: %s cannot be read: %s' % (path, exc.strerror))
+            if digest.hexdigest() != p['dataset_sha256'].strip().lower():
+                self.module.fail_json(
+                    msg='dataset_path: %s has sha256 %s, not the %s expected; the file changed since it was checked'
+                    % (path, digest.hexdigest(), p['dataset_sha256'])
+                )
+
+    def slo(self) -> dict:
+        return dict((k, v) for k, v in (self.params['slo'] or {}).items() if v is not None)
+
     def argv(self, concurrency: int, output_file: str) -> list[str]:
         p = self.params
+        if p['dataset_name'] in FILE_DATASETS:
+            data = ['--dataset-name', p['dataset_name'], '--dataset-path', p['dataset_path'], '--sharegpt-output-len', str(p['output_len'])]
+        else:
+            data = [
+                '--dataset-name',
+                p['dataset_name'],
+                '--random-input-len',
+                str(p['input_len']),
+                '--random-output-len',
+                str(p['output_len']),
+                '--random-range-ratio',
+                repr(float(p['range_ratio'])),
+            ]
         argv = [
             self.python,
             '-m',
@@ -294,14 +408,9 @@ class Benchmark:
             connect_host(p['host']),
             '--port',
             str(p['port']),
-            '--dataset-name',
-            p['dataset_name'],
-            '--random-input-len',
-            str(p['input_len']),
-            '--random-output-len',
-            str(p['output_len']),
-            '--random-range-ratio',
-            repr(float(p['range_ratio'])),
+        ]
+        argv += data
+        argv += [
             '--num-prompts',
             str(p['num_prompts']),
             '--max-concurrency',
@@ -318,6 +427,11 @@ class Benchmark:
             argv += ['--tokenizer', p['tokenizer']]
         if p['model']:
             argv += ['--model', p['model']]
+        slo = self.slo()
+        if slo:
+            # '%r' of a float: the client's type takes any finite number above 0.
+            argv += ['--goodput'] + ['%s:%r' % (SLO_METRICS[k], float(slo[k])) for k in SLO_METRICS if k in slo]
+            argv.append('--output-details')
         return argv
 
     def environment(self) -> dict:
@@ -337,7 +451,8 @@ class Benchmark:
         output_file = os.path.join(workdir, 'result.jsonl')
         argv = self.argv(concurrency, output_file)
         level = dict(concurrency=concurrency, measured=False, error=None, argv=argv, completed=0, failed=self.params['num_prompts'])
-        level.update((k, None) for k in FIGURES)
+        level.update((k, None) for k in FIGURES + tuple(RENAMED) + GOODPUT_FIGURES)
+        level['slo_attainment_by_metric'] = None
         start = time.time()
         try:
             proc = subprocess.run(argv, env=self.environment(), cwd=workdir, capture_output=True, text=True, timeout=self.params['timeout'], check=False)
@@ -367,6 +482,10 @@ class Benchmark:
             return level
         for key in FIGURES:
             level[key] = as_float(result.get(key))
+        for key, theirs in RENAMED.items():
+            level[key] = as_float(result.get(theirs))
+        if self.slo():
+            level.update(self.goodput(result))
         completed = int(result.get('completed') or 0)
         level.update(completed=completed, failed=max(self.params['num_prompts'] - completed, 0))
         if level['failed']:
@@ -376,6 +495,32 @@ class Benchmark:
         else:
             level['measured'] = True
         return level
+
+    def goodput(self, result: dict) -> dict:
+        """The client's goodput figures, and the output tok/s of the good requests from its per-request details."""
+        by_metric = result.get('slo_attainment_by_metric')
+        out = dict(
+            request_goodput=as_float(result.get('request_goodput')),
+            slo_attainment=as_float(result.get('slo_attainment')),
+            slo_attainment_by_metric=dict((str(k), as_float(v)) for k, v in by_metric.items()) if isinstance(by_metric, dict) else None,
+            good_output_throughput=None,
+        )
+        duration = as_float(result.get('duration'))
+        ttfts, itls, lens, errors = (result.get(k) for k in ('ttfts', 'itls', 'output_lens', 'errors'))
+        if not duration or not all(isinstance(v, list) for v in (ttfts, itls, lens, errors)) or not len(ttfts) == len(itls) == len(lens) == len(errors):
+            return out
+        slo = self.slo()
+        tokens = 0
+        for ttft, gaps, length, error in zip(ttfts, itls, lens, errors):
+            first = as_float(ttft)
+            if error or not isinstance(length, int) or length <= 0 or first is None or not isinstance(gaps, list):
+                continue  # a failed request is never good
+            decode = sum(as_float(g) or 0.0 for g in gaps)
+            observed = dict(ttft_ms=first * 1000.0, tpot_ms=decode / (length - 1) * 1000.0 if length > 1 else 0.0, e2e_ms=(first + decode) * 1000.0)
+            if all(observed[k] <= limit for k, limit in slo.items()):
+                tokens += length
+        out['good_output_throughput'] = tokens / duration
+        return out
 
     @staticmethod
     def read_result(path: str) -> dict | None:
@@ -428,7 +573,10 @@ def main() -> None:
             api_key=dict(type='str', no_log=True),
             environment=dict(type='dict', default={}),
             concurrency=dict(type='list', elements='int', required=True),
-            dataset_name=dict(type='str', default='random', choices=['random', 'random-ids']),
+            dataset_name=dict(type='str', default='random', choices=['random', 'random-ids', 'sharegpt', 'custom']),
+            dataset_path=dict(type='path'),
+            dataset_sha256=dict(type='str'),
+            slo=dict(type='dict', options=dict(ttft_ms=dict(type='float'), tpot_ms=dict(type='float'), e2e_ms=dict(type='float'))),
             input_len=dict(type='int', default=1024),
             output_len=dict(type='int', default=1024),
             range_ratio=dict(type='float', default=0.0),

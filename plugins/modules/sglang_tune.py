@@ -76,7 +76,9 @@ options:
         C(draft_tokens) (lists; C(auto) where SGLang's rules leave one value), C(environment) (variant name to
         environment variables), C(points) (extra points, each a mapping of those keys), C(benchmark)
         (C(input_len), C(output_len), C(num_prompts), C(concurrency), C(warmup_requests), C(range_ratio), C(timeout),
-        C(dataset_name)), C(repeats), C(seed), C(adaptive), C(apply), C(apply_concurrency), C(run_dir).
+        C(dataset_name), C(dataset), a ShareGPT JSON or JSONL file of prompts on the controller), C(repeats), C(seed),
+        C(adaptive), C(apply), C(apply_concurrency), C(run_dir), C(slo) (C(ttft_ms), C(tpot_ms), C(e2e_ms) per request
+        and C(attainment), the share of requests that must meet them, default 0.99).
     type: dict
     default: {}
   hosts:

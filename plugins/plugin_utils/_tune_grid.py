@@ -30,6 +30,7 @@ import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_dataset
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._extra_vars import look_alikes
 
 GRID_KEYS = (
@@ -46,8 +47,16 @@ GRID_KEYS = (
     'adaptive',
     'apply',
     'apply_concurrency',
+    'slo',
 )
-BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name')
+BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name', 'dataset')
+DATASET_NAMES = ('random', 'random-ids') + _tune_dataset.FORMATS
+# The latency limits of an SLO (milliseconds, per request) and the client's --goodput name of each.
+SLO_LIMITS = dict(ttft_ms='ttft', tpot_ms='tpot', e2e_ms='e2el')
+SLO_KEYS = tuple(SLO_LIMITS) + ('attainment',)
+DEFAULT_ATTAINMENT = 0.99
+# A limit above this (about 2.8 hours) is no latency objective but a typo.
+MAX_SLO_MS = 1e7
 BENCHMARK_DEFAULTS = dict(
     input_len=1024, output_len=1024, num_prompts=200, concurrency=[1], warmup_requests=1, range_ratio=0.0, timeout=3600.0, dataset_name='random'
 )
@@ -94,6 +103,11 @@ PLAYBOOK_VARS = (
     'benchmark_num_prompts',
     'benchmark_concurrency',
     'benchmark_warmup_requests',
+    'benchmark_dataset',
+    'slo_ttft_ms',
+    'slo_tpot_ms',
+    'slo_e2e_ms',
+    'slo_attainment',
 )
 
 
@@ -207,9 +221,96 @@ def benchmark_settings(value, problems: list[str]) -> dict:
         if not math.isfinite(amount) or not low <= amount <= high:
             problems.append('benchmark.%s: %s is out of range (%s to %s)' % (key, settings[key], low, high))
         settings[key] = amount
-    if settings['dataset_name'] not in ('random', 'random-ids'):
-        problems.append('benchmark.dataset_name: %r is not one the sweep runs; use random or random-ids' % (settings['dataset_name'],))
+    dataset = settings.pop('dataset', None)
+    given_name = value.get('dataset_name')
+    if settings['dataset_name'] not in DATASET_NAMES:
+        problems.append('benchmark.dataset_name: %r is not one the sweep runs; use %s' % (settings['dataset_name'], ', '.join(DATASET_NAMES)))
+    elif dataset in (None, ''):
+        if settings['dataset_name'] in _tune_dataset.FORMATS:
+            problems.append('benchmark.dataset_name: %s reads a local file: give it as benchmark.dataset' % settings['dataset_name'])
+    elif given_name not in (None, '') and given_name not in _tune_dataset.FORMATS:
+        problems.append('benchmark.dataset_name: %r does not read a file; with benchmark.dataset give sharegpt or custom, or none' % (given_name,))
+    else:
+        if isinstance(settings['output_len'], int) and settings['output_len'] < 4:
+            problems.append('benchmark.output_len: %d is out of range with benchmark.dataset; SGLang\'s client needs at least 4' % settings['output_len'])
+        number = settings['num_prompts'] if isinstance(settings['num_prompts'], int) else None
+        found = _tune_dataset.check(dataset, given_name or None, number, problems)
+        if found:
+            settings.update(found)
     return settings
+
+
+def slo_settings(value, problems: list[str]) -> dict | None:
+    """The latency SLO: per-request limits in ms and the share of requests that must meet them; None without one."""
+    if value in (None, '', {}):
+        return None
+    if not isinstance(value, dict):
+        problems.append('slo: %r is not a mapping (slo: {ttft_ms: 500, tpot_ms: 50, attainment: 0.99})' % (value,))
+        return None
+    bad = len(problems)
+    for key in sorted(str(k) for k in value if k not in SLO_KEYS):
+        if key in ('itl_ms', 'itl'):
+            problems.append(
+                'slo.%s: is not an SLO key: SGLang\'s client judges each request by its time per output token, which is its mean '
+                'inter-token latency; give it as slo.tpot_ms' % key
+            )
+        else:
+            problems.append(unknown_key('slo.', key, SLO_KEYS))
+    out: dict = dict((k, None) for k in SLO_LIMITS)
+    for key in SLO_LIMITS:
+        if value.get(key) in (None, ''):
+            continue
+        amount = _amount('slo.%s' % key, value[key], problems)
+        if amount is None:
+            continue
+        if not 0 < amount <= MAX_SLO_MS:
+            problems.append('slo.%s: %s is out of range; a limit is above 0 and at most %d ms' % (key, value[key], MAX_SLO_MS))
+            continue
+        out[key] = amount
+    attainment = DEFAULT_ATTAINMENT if value.get('attainment') in (None, '') else _amount('slo.attainment', value['attainment'], problems)
+    if attainment is not None and not 0 < attainment <= 1:
+        problems.append(
+            'slo.attainment: %s is out of range; it is the share of requests that must meet the limits, above 0 and at most 1' % value['attainment']
+        )
+        attainment = None
+    if all(out[k] is None for k in SLO_LIMITS) and len(problems) == bad:
+        problems.append('slo: give at least one limit (%s)' % ', '.join(SLO_LIMITS))
+    if len(problems) > bad:
+        return None
+    out['attainment'] = attainment
+    return out
+
+
+def _amount(field: str, value, problems: list[str]) -> float | None:
+    """A finite number from a number or its text (``-e`` gives text), else a problem."""
+    if isinstance(value, bool):
+        problems.append('%s: %r is not a number' % (field, value))
+        return None
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        problems.append('%s: %r is not a number' % (field, value))
+        return None
+    if not math.isfinite(amount):
+        problems.append('%s: %r is not a finite number' % (field, value))
+        return None
+    return amount
+
+
+def slo_limits(slo: dict | None) -> dict | None:
+    """The limits sglang_benchmark takes (its option slo), None without an SLO."""
+    if not slo:
+        return None
+    return dict((k, slo[k]) for k in SLO_LIMITS if slo.get(k) is not None)
+
+
+def slo_text(slo: dict | None) -> str:
+    """``TTFT <= 500 ms, TPOT <= 50 ms for 99% of requests``."""
+    if not slo:
+        return 'none'
+    names = dict(ttft_ms='TTFT', tpot_ms='TPOT', e2e_ms='end-to-end latency')
+    limits = ', '.join('%s <= %s ms' % (names[k], '%g' % slo[k]) for k in SLO_LIMITS if slo.get(k) is not None)
+    return '%s for %s%% of requests' % (limits, '%g' % (100 * slo['attainment']))
 
 
 def point_id(point: dict) -> str:
@@ -267,6 +368,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         problems.append(unknown_key('', key, GRID_KEYS))
     envs = environments(grid.get('environments'), problems)
     bench = benchmark_settings(grid.get('benchmark'), problems)
+    slo = slo_settings(grid.get('slo'), problems)
     repeats = _whole('repeats', grid.get('repeats', DEFAULT_REPEATS), 1, problems) or DEFAULT_REPEATS
     seed = grid.get('seed')
     seed = None if seed in (None, '') else _whole('seed', seed, 0, problems)
@@ -355,6 +457,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         apply=apply,
         apply_force=apply_force,
         apply_concurrency=apply_concurrency,
+        slo=slo,
     )
 
 
@@ -401,6 +504,10 @@ FINGERPRINT_KEYS = ('points', 'environments', 'repeats', 'benchmark', 'seed', 'h
 
 def fingerprint(plan: dict) -> str:
     """What makes two runs the same sweep: everything a measurement depends on (a resume must match it): the points,
-    the environment variants' values, repeats, benchmark settings, seed, hosts, adaptive and the SGLang version."""
+    the environment variants' values, repeats, benchmark settings (the dataset's sha256 among them), seed, hosts,
+    adaptive, the SGLang version and the SLO."""
     keep = dict((k, plan.get(k)) for k in FINGERPRINT_KEYS)
+    if plan.get('slo'):
+        # Only when given, so that a run directory planned before SLOs existed keeps its fingerprint.
+        keep['slo'] = plan['slo']
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]

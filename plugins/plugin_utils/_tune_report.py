@@ -20,7 +20,7 @@ import io
 import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, draft_count, label
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
@@ -57,6 +57,13 @@ SUMMARY_COLUMNS = (
     'p99_itl_ms',
     'winner',
     'skipped',
+    'p99_tpot_ms',
+    'p99_e2e_ms',
+    'slo_attainment',
+    'median_good_tok_s',
+    'ci95_low_good_tok_s',
+    'ci95_high_good_tok_s',
+    'meets_slo',
 )
 
 
@@ -82,6 +89,27 @@ def level_values(trials: list[dict], point: str, concurrency: int) -> list[dict]
             if level.get('concurrency') == concurrency and level.get('measured'):
                 out.append(level)
     return out
+
+
+def attainment_of(trials: list[dict], point: str, concurrency: int) -> float | None:
+    """The share of a point's requests at a concurrency that met the SLO, pooled over every run the client finished
+    (a run with failed requests counts too: a failed request is never good); None when no run says."""
+    shares = []
+    for trial in trials:
+        if trial.get('point') != point or trial.get('status') not in ('ok', 'failed'):
+            continue
+        for level in trial.get('levels') or []:
+            if level.get('concurrency') == concurrency and isinstance(level.get('slo_attainment'), (int, float)):
+                shares.append(float(level['slo_attainment']))
+    # Every run sends num_prompts requests: the pooled share is the mean of the runs' shares.
+    return statistics.fmean(shares) if shares else None
+
+
+def meets_slo(row: dict, slo: dict | None) -> bool | None:
+    """Whether a row meets the SLO: its attainment reaches the target (None: no SLO, or nothing says)."""
+    if not slo or row.get('attainment') is None:
+        return None
+    return row['attainment'] >= slo['attainment'] - 1e-9
 
 
 def _mean(values: list) -> float | None:
@@ -115,6 +143,11 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
             )
             for figure in LEVEL_FIGURES[1:]:
                 row[figure] = _mean([lv.get(figure) for lv in levels])
+            good = [lv['good_output_throughput'] for lv in levels if isinstance(lv.get('good_output_throughput'), (int, float))]
+            row['good_values'] = good
+            row['good_stats'] = stats.summarize(good, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 1)
+            row['attainment'] = attainment_of(trials, point['id'], concurrency)
+            row['meets_slo'] = meets_slo(row, plan.get('slo'))
             if not point['algorithm']:
                 row['accept_length'] = None
             rows.append(row)
@@ -178,12 +211,18 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     )
 
 
-def apply_gate(choice: dict) -> str | None:
-    """Why the winner of the level apply uses may not be applied (None: it may): it must be told from the baseline
-    without speculation (or, when it is the baseline, from the runner-up), by intervals of enough runs."""
+def apply_gate(choice: dict, slo: dict | None = None) -> str | None:
+    """Why the winner of the level apply uses may not be applied (None: it may): it must meet the SLO when there is
+    one, and be told from the baseline without speculation (or, when it is the baseline, from the runner-up), by
+    intervals of enough runs. A baseline that violates the SLO is no contender: a winner that meets it is then told
+    from it by the SLO, from enough runs."""
     winner = choice.get('winner')
     if not winner:
+        if slo:
+            return 'no point meets the SLO (%s)' % slo_text(slo)
         return 'there is no winner'
+    if slo and winner['stats'].get('ci_low') is None:
+        return '%s cannot be told to meet the SLO reliably: too few runs for an interval (%d are needed)' % (winner['label'], stats.MIN_FOR_INTERVAL)
     if winner['point']['algorithm']:
         other, told = choice.get('baseline'), choice.get('distinct_from_baseline')
         what = 'the baseline without speculation'
@@ -197,13 +236,33 @@ def apply_gate(choice: dict) -> str | None:
     return '%s is not distinguishable from %s (their intervals overlap)' % (winner['label'], what)
 
 
+def choose_level(level_rows: list[dict], slo: dict | None) -> dict:
+    """The choice at one concurrency level. Without an SLO: by output tok/s. With one: among the points that meet
+    it, by good output tok/s (the rows' ``stats`` are then those of good tok/s, ``tok_s_stats`` keeps the others);
+    ``violating`` lists the measured points that do not meet it, ``by_tok_s`` is the winner by output tok/s alone."""
+    if not slo:
+        return stats.choose(level_rows)
+    meeting = [dict(r, stats=r['good_stats'], tok_s_stats=r['stats']) for r in level_rows if r.get('meets_slo')]
+    choice = stats.choose(meeting)
+    choice['violating'] = [r for r in level_rows if r['stats'] and r.get('meets_slo') is False]
+    choice['by_tok_s'] = stats.choose(level_rows).get('winner')
+    return choice
+
+
 def decide(plan: dict, rows: list[dict]) -> dict:
     """Winners per concurrency level and the one apply uses."""
     per_level = {}
+    slo = plan.get('slo')
     for concurrency in plan['benchmark']['concurrency']:
-        per_level[concurrency] = stats.choose([r for r in rows if r['concurrency'] == concurrency])
+        per_level[concurrency] = choose_level([r for r in rows if r['concurrency'] == concurrency], slo)
     applied = per_level.get(plan['apply_concurrency']) or {}
-    return dict(per_level=per_level, apply=applied.get('winner'), apply_concurrency=plan['apply_concurrency'], apply_refused=apply_gate(applied))
+    return dict(
+        per_level=per_level,
+        apply=applied.get('winner'),
+        apply_concurrency=plan['apply_concurrency'],
+        apply_refused=apply_gate(applied, slo),
+        slo=slo,
+    )
 
 
 # ------------------------------------------------------------------ writers
@@ -251,6 +310,13 @@ def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
                 _fmt(row.get('p99_itl_ms'), 2),
                 'yes' if winner is not None and winner['id'] == row['id'] else 'no',
                 'yes' if row.get('skipped') else 'no',
+                _fmt(row.get('p99_tpot_ms'), 2),
+                _fmt(row.get('p99_e2e_ms'), 1),
+                _fmt(row.get('attainment'), 4),
+                _fmt(row['good_stats'].get('median'), 2),
+                _fmt(row['good_stats'].get('ci_low'), 2),
+                _fmt(row['good_stats'].get('ci_high'), 2),
+                '-' if row.get('meets_slo') is None else ('yes' if row['meets_slo'] else 'no'),
             ]
         )
     return buffer.getvalue()
@@ -281,24 +347,48 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         % (plan['run_dir'], plan['seed'], len(plan['points']), plan['repeats'], len(plan['hosts']), len(plan['schedule']))
     )
     bench = plan['benchmark']
+    if bench.get('dataset'):
+        data = '--dataset-name %s --dataset-path FILE --sharegpt-output-len %d' % (bench['dataset_name'], bench['output_len'])
+    else:
+        data = '--dataset-name %s --random-input-len %d --random-output-len %d' % (bench['dataset_name'], bench['input_len'], bench['output_len'])
+    slo = plan.get('slo')
+    if slo:
+        data += ' --goodput %s --output-details' % ' '.join('%s:%g' % (name, slo[key]) for key, name in SLO_LIMITS.items() if slo.get(key) is not None)
     lines.append(
-        'Benchmark: `python -m sglang.benchmark.serving --backend sglang --dataset-name %s --random-input-len %d '
-        '--random-output-len %d --num-prompts %d --warmup-requests %d --max-concurrency C` for C in %s.'
-        % (
-            bench['dataset_name'],
-            bench['input_len'],
-            bench['output_len'],
-            bench['num_prompts'],
-            bench['warmup_requests'],
-            ', '.join(map(str, bench['concurrency'])),
-        )
+        'Benchmark: `python -m sglang.benchmark.serving --backend sglang %s --num-prompts %d --warmup-requests %d --max-concurrency C` for C in %s.'
+        % (data, bench['num_prompts'], bench['warmup_requests'], ', '.join(map(str, bench['concurrency'])))
     )
+    if bench.get('dataset'):
+        lines.append(
+            'Prompts: `%s` (%s, %d usable prompts, %d bytes, sha256 `%s`), copied to each host (mode 0600) and checked against '
+            'that sha256 there before every benchmark; each request generates %d tokens (`--sharegpt-output-len`).'
+            % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'], bench['output_len'])
+        )
+    if slo:
+        lines.append(
+            'SLO: %s. A point meets it at a concurrency when that share of its requests, pooled over its runs, met every limit '
+            '(a failed request never does); the winner is the point with the best lower bound of **good output tok/s** (the '
+            'output tokens of the requests that met the limits) among those that meet it.' % slo_text(slo)
+        )
     lines += ['', 'Reproduce (same grid, same seed, a new run directory):', '', '```sh', plan['command'], '```', '']
     winner = decision['apply']
+    unit = 'good tok/s' if slo else 'tok/s'
     if winner:
         lines.append(
-            '**Winner** at concurrency %d (what `apply` uses): **%s**, %.1f tok/s (95%% interval %s).'
-            % (decision['apply_concurrency'], winner['label'], winner['stats']['median'], _interval(winner['stats']))
+            '**Winner** at concurrency %d (what `apply` uses): **%s**, %.1f %s (95%% interval %s)%s.'
+            % (
+                decision['apply_concurrency'],
+                winner['label'],
+                winner['stats']['median'],
+                unit,
+                _interval(winner['stats']),
+                ', meeting the SLO for %s of its requests' % _percent(winner.get('attainment')) if slo else '',
+            )
+        )
+    elif slo:
+        lines.append(
+            '**No winner**: no point meets the SLO (%s) at concurrency %d, so there is nothing to apply; the points that '
+            'violate it are listed below. Loosen the SLO, lower the load, or measure other points.' % (slo_text(slo), decision['apply_concurrency'])
         )
     else:
         lines.append('**No winner**: no point was measured at concurrency %d.' % decision['apply_concurrency'])
@@ -308,9 +398,9 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         lines.append('')
         lines.append(
             '| rank | point | tok/s (median) | 95% interval | IQR | accept length | mean TTFT (ms) | p99 TTFT (ms) '
-            '| mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |'
+            '| mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |' + (' SLO attainment | good tok/s (median) | good tok/s 95% interval |' if slo else '')
         )
-        lines.append('| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |')
+        lines.append('| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |' + (' ---: | ---: | --- |' if slo else ''))
         level_rows = [r for r in rows if r['concurrency'] == concurrency]
         level_rows.sort(key=lambda r: -(r['stats'].get('median') or -1.0))
         for number, row in enumerate(level_rows, 1):
@@ -334,9 +424,22 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
                     row['failed'],
                     ' (skipped)' if row.get('skipped') else '',
                 )
+                + (
+                    ' %s%s | %s | %s |'
+                    % (
+                        _percent(row.get('attainment')),
+                        '' if row.get('meets_slo') is not False else ' (violates)',
+                        _fmt(row['good_stats'].get('median')),
+                        _interval(row['good_stats']),
+                    )
+                    if slo
+                    else ''
+                )
             )
         lines.append('')
-        lines += _verdict(choice, concurrency)
+        lines += _verdict(choice, concurrency, unit)
+        if slo:
+            lines += _slo_verdict(choice, concurrency, slo)
         lines.append('')
     winners = dict((c, ch['winner']['label']) for c, ch in decision['per_level'].items() if ch.get('winner'))
     if len(set(winners.values())) > 1:
@@ -380,17 +483,54 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     return '\n'.join(lines) + '\n'
 
 
-def _verdict(choice: dict, concurrency: int) -> list[str]:
+def _percent(share) -> str:
+    return '-' if share is None else '%.1f%%' % (100.0 * share)
+
+
+def _slo_verdict(choice: dict, concurrency: int, slo: dict) -> list[str]:
+    out = []
+    violating = choice.get('violating') or []
+    if violating:
+        out.append('')
+        out.append(
+            'Violate the SLO at concurrency %d (%s): %s.'
+            % (
+                concurrency,
+                slo_text(slo),
+                ', '.join('%s (%s met it)' % (r['label'], _percent(r.get('attainment'))) for r in sorted(violating, key=lambda r: r['label'])),
+            )
+        )
+        out.append('')
+        for row in sorted(violating, key=lambda r: r['label']):
+            out.append(
+                '- %s: %s of its requests met it (p99 TTFT %s ms, p99 TPOT %s ms, p99 end-to-end %s ms)'
+                % (row['label'], _percent(row.get('attainment')), _fmt(row.get('p99_ttft_ms')), _fmt(row.get('p99_tpot_ms'), 2), _fmt(row.get('p99_e2e_ms')))
+            )
+        out.append('')
+    if not choice.get('winner'):
+        out.append('No point meets the SLO at concurrency %d: there is no winner here.' % concurrency)
+        return out
+    plain = choice.get('by_tok_s')
+    if plain is not None and plain['id'] != choice['winner']['id']:
+        out.append(
+            'By output tok/s alone the winner would be **%s** (%.1f tok/s); within the SLO it is **%s**.'
+            % (plain['label'], plain['stats']['median'], choice['winner']['label'])
+        )
+    return out
+
+
+def _verdict(choice: dict, concurrency: int, unit: str = 'tok/s') -> list[str]:
     winner = choice.get('winner')
     if not winner:
-        return ['Nothing was measured at this concurrency.']
+        # Under an SLO, _slo_verdict says that nothing meets it.
+        return ['Nothing was measured at this concurrency.'] if unit == 'tok/s' else []
     if winner['stats'].get('ci_low') is None:
         out = [
-            'Winner at concurrency %d: **%s**, the best median, %.1f tok/s (too few runs for an interval).'
-            % (concurrency, winner['label'], winner['stats']['median'])
+            'Winner at concurrency %d: **%s**, the best median, %.1f %s (too few runs for an interval).'
+            % (concurrency, winner['label'], winner['stats']['median'], unit)
         ]
     else:
-        out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f tok/s.' % (concurrency, winner['label'], winner['stats']['ci_low'])]
+        out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f %s.' % (concurrency, winner['label'], winner['stats']['ci_low'], unit)]
     runner = choice.get('runner_up')
     if runner is not None:
         if choice['distinct_from_runner_up'] is None:

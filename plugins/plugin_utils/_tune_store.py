@@ -49,7 +49,20 @@ OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
 # The figures of a benchmark level in a record, each a finite number >= 0 or null.
-LEVEL_FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length')
+LEVEL_FIGURES = (
+    'output_throughput',
+    'mean_ttft_ms',
+    'p99_ttft_ms',
+    'mean_itl_ms',
+    'p99_itl_ms',
+    'accept_length',
+    'p99_tpot_ms',
+    'p99_e2e_ms',
+    # With an SLO: good requests per second and their output tok/s, and the share of requests that met it (0 to 1).
+    'request_goodput',
+    'good_output_throughput',
+    'slo_attainment',
+)
 LEVEL_COUNTS = ('concurrency', 'completed', 'failed')
 LEVEL_TIMES = ('duration', 'start', 'end')
 # Slack for rounding in the benchmark client's own figures.
@@ -413,6 +426,12 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
             _number(level.get(key), '%s.%s' % (where, key), problems, integer=True)
         if not isinstance(level.get('measured', False), bool):
             problems.append('%s.measured is %r, not true or false' % (where, level.get('measured')))
+        attainment = level.get('slo_attainment')
+        if isinstance(attainment, (int, float)) and not isinstance(attainment, bool) and attainment > 1:
+            problems.append('%s.slo_attainment is %r, more than every request' % (where, attainment))
+        good, total = level.get('good_output_throughput'), level.get('output_throughput')
+        if isinstance(good, (int, float)) and isinstance(total, (int, float)) and not problems and good > total * THROUGHPUT_SLACK + 1:
+            problems.append('%s.good_output_throughput is %r, more than the output_throughput %r of all requests' % (where, good, total))
         if plan and not problems and level.get('measured'):
             # The client's own arithmetic: output tok/s x duration is at most what the completed requests could produce.
             figures = [level.get('output_throughput'), level.get('duration'), level.get('completed'), (plan.get('benchmark') or {}).get('output_len')]

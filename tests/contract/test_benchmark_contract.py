@@ -189,8 +189,46 @@ def test_the_simulated_client_accepts_only_real_options_with_real_semantics(whee
         "--disable-stream",
         "--extra-request-body",
         "--apply-chat-template",
+        "--dataset-path",
+        "--sharegpt-output-len",
+        "--goodput",
+        "--output-details",
     ):
         assert option in ours, option
+
+
+def test_goodput_is_the_real_clients(wheel):
+    """--goodput's metrics, keys and rule; the record the sweep reads them from."""
+    tree = _tree(wheel, "sglang/benchmark/goodput.py")
+    real_keys = _struct_fields(tree, "GoodputMetrics")
+    assert tuple(real_keys) == sim_serving.GOODPUT_KEYS
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "GOODPUT_SLO_METRICS" for t in node.targets):
+            assert tuple(ast.literal_eval(node.value)) == sim_serving.GOODPUT_SLO_METRICS
+            break
+    else:
+        raise AssertionError("no GOODPUT_SLO_METRICS in the real goodput.py")
+    source = wheel.text("sglang/benchmark/goodput.py")
+    # a failed request is never good; TPOT excludes the first token; the share is of every request sent
+    assert "if not output.success:\n            continue" in source
+    assert "tpot = (output.latency - output.ttft) / (output.output_len - 1)" in source
+    assert "slo_attainment=num_good / len(outputs)" in source
+    serving = wheel.text("sglang/benchmark/serving.py")
+    assert "result.update(msgspec.structs.asdict(goodput))" in serving
+
+
+def test_local_datasets_are_read_as_the_real_loaders_read_them(wheel):
+    sharegpt = wheel.text("sglang/benchmark/datasets/sharegpt.py")
+    custom = wheel.text("sglang/benchmark/datasets/custom.py")
+    # ShareGPT: a JSON list, the first two turns' "value"; custom: JSONL, "content" or "value"; both keep >= 2 turns
+    assert "dataset = json.load(f)" in sharegpt and '[0]["value"]' in sharegpt and '[1]["value"]' in sharegpt
+    assert 'convs[0].get("content", convs[0].get("value", ""))' in custom and "json.loads(line)" in custom
+    for text in (sharegpt, custom):
+        assert 'data.get("conversations", data.get("conversation", []))' in text
+        assert "if prompt_len < 2 or output_len < 2:" in text
+        assert 'raise ValueError("output_len too small")' in text and "fixed_output_len < 4" in text
+    registry = wheel.text("sglang/benchmark/datasets/__init__.py")
+    assert '"sharegpt": ShareGPTDataset' in registry and '"custom": CustomDataset' in registry
 
 
 def _dict_literal_keys(function, name):

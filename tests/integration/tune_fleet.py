@@ -23,7 +23,7 @@ from sglang.simulator import speed  # noqa: E402  pylint: disable=wrong-import-p
 # Small, fast servers; speed keys that put the optimum well clear of its neighbours (the defaults' 1 and 2 steps are
 # 1% apart, closer than the noise), and a little noise so that the statistics have something to do.
 SIM_CONFIG = dict(startup_seconds=0.2, warmup_seconds=0.05, accept_decay=0.75, noise=0.01, host_factor_spread=0.02)
-SPEED_KEYS = ('accept_decay',)
+SPEED_KEYS = ('accept_decay', 'draft_step_cost', 'content_accept_gain')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
@@ -76,8 +76,9 @@ def read_run(run_dir: Path) -> dict:
     )
 
 
-def expected_optimum(points: list[dict], concurrency: int, config: dict | None = None) -> dict:
-    """The point of ``points`` (sglang_tune's plan points) the simulator expects to be fastest."""
+def expected_optimum(points: list[dict], concurrency: int, config: dict | None = None, repetition: float = 0.0) -> dict:
+    """The point of ``points`` (sglang_tune's plan points) the simulator expects to be fastest (for prompts of the
+    given repetitiveness, ``speed.repetitiveness``)."""
     settings = dict(SIM_CONFIG, **(config or {}))
     params = dict((k, settings[k]) for k in SPEED_KEYS if k in settings)
     grid = [
@@ -91,7 +92,7 @@ def expected_optimum(points: list[dict], concurrency: int, config: dict | None =
         )
         for p in points
     ]
-    return speed.best_point(grid, concurrency, params)
+    return speed.best_point(grid, concurrency, params, repetition)
 
 
 def progress_lines(out: str) -> list[str]:

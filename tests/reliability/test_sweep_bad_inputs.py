@@ -98,6 +98,17 @@ GRIDS = [
     ('grid-extra_args', dict(extra_args={'cuda-graph-max-bs': 8}), [], ['extra_args: is not a grid key: the sweep varies speculative parameters']),
     ('grid-benchmark-typo', dict(benchmark=dict(BENCHMARK, num_prompt=5)), [], ['benchmark.num_prompt: is not a grid key; did you mean benchmark.num_prompts']),
     ('grid-points-typo', dict(points=[dict(step=4)]), [], ['points[0].step: is not a grid key; did you mean points[0].steps?']),
+    ('slo-itl', dict(slo=dict(itl_ms=50)), [], ['slo.itl_ms: is not an SLO key', 'give it as slo.tpot_ms']),
+    ('slo-typo', dict(slo=dict(ttft=500)), [], ['slo.ttft: is not a grid key; did you mean slo.ttft_ms?']),
+    (
+        'slo-bounds',
+        dict(slo=dict(ttft_ms=0, tpot_ms='fast', e2e_ms=True, attainment=1.5)),
+        [],
+        ['slo.ttft_ms: 0 is out of range', "slo.tpot_ms: 'fast' is not a number", 'slo.e2e_ms: True is not a number', 'slo.attainment: 1.5 is out of range'],
+    ),
+    ('slo-no-limit', dict(slo=dict(attainment=0.9)), [], ['slo: give at least one limit (ttft_ms, tpot_ms, e2e_ms)']),
+    ('slo-not-a-mapping', dict(slo=[500]), [], ['slo: [500] is not a mapping']),
+    ('dataset-name-without-file', dict(benchmark=dict(BENCHMARK, dataset_name='sharegpt')), [], ['benchmark.dataset_name: sharegpt reads a local file']),
 ]
 
 
@@ -108,6 +119,57 @@ def test_a_bad_grid_is_refused_before_any_trial(intact, tmp_path, changes, extra
     said = sweep(intact[0], run_dir, write_grid(tmp_path / 'grid.json', **changes), *extra)
     for fragment in expect:
         assert fragment in said, said[-3000:]
+    assert not run_dir.exists(), 'the refused sweep made its run directory'
+    held(intact)
+
+
+def _conversations(count: int) -> list:
+    return [{'conversations': [{'from': 'human', 'value': 'write a loop number %d' % n}, {'from': 'gpt', 'value': 'ok'}]} for n in range(count)]
+
+
+# (case, how the file is made in a directory, benchmark changes, fragments the message must hold); the path is named
+DATASETS = [
+    ('missing', lambda d: d / 'nowhere.json', {}, ['benchmark.dataset: {path} does not exist on the controller']),
+    ('directory', lambda d: d, {}, ['benchmark.dataset: {path} is not a regular file']),
+    (
+        'not-json',
+        lambda d: _write(d / 'p.json', '[{"conversations": "%s' % SECRETS['api_key']),
+        dict(dataset_name='sharegpt'),
+        ['{path} is not JSON (line 1, column'],
+    ),
+    ('too-few', lambda d: _write(d / 'p.json', json.dumps(_conversations(2))), {}, ['{path} holds 2 usable prompts, fewer than benchmark.num_prompts 3']),
+    (
+        'list-as-jsonl',
+        lambda d: _write(d / 'p.jsonl', json.dumps(_conversations(5))),
+        dict(dataset_name='custom'),
+        ['{path} is one JSON list (ShareGPT), not JSONL'],
+    ),
+    ('output-too-short', lambda d: _write(d / 'p.json', json.dumps(_conversations(5))), dict(output_len=3), ["benchmark.output_len: 3 is out of range"]),
+    (
+        'random-with-file',
+        lambda d: _write(d / 'p.json', json.dumps(_conversations(5))),
+        dict(dataset_name='random'),
+        ["benchmark.dataset_name: 'random' does not read a file"],
+    ),
+]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize('make, changes, expect', [pytest.param(m, c, x, id=i) for i, m, c, x in DATASETS])
+def test_a_bad_file_of_prompts_is_refused_before_any_host_is_touched(intact, tmp_path, make, changes, expect):
+    files = private_dir(tmp_path / 'prompts')
+    path = make(files)
+    run_dir = private_dir(tmp_path / 'home') / 'sweep'
+    grid = write_grid(tmp_path / 'grid.json', benchmark=dict(BENCHMARK, dataset=str(path), **changes))
+    said = sweep(intact[0], run_dir, grid)
+    for fragment in expect:
+        assert fragment.format(path=path) in said, said[-3000:]
+    assert SECRETS['api_key'] not in said, 'the content of the file was printed'
     assert not run_dir.exists(), 'the refused sweep made its run directory'
     held(intact)
 

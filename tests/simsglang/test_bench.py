@@ -188,3 +188,48 @@ def test_command_line_is_argparse_like_the_real_one(tmp_path):
     assert done.returncode == 0 and "--max-concurrency" in done.stdout
     done = bench(["--help"], module="sglang.bench_serving", env={"PYTHONWARNINGS": "error::FutureWarning"})
     assert done.returncode == 1 and "sglang.bench_serving` is deprecated" in done.stderr
+
+
+def test_local_datasets_and_goodput_like_the_real_client(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    sharegpt = tmp_path / "prompts.json"
+    rows = [{"conversations": [{"from": "human", "value": "prompt number %d is here" % n}, {"from": "gpt", "value": "answer"}]} for n in range(8)]
+    rows.append({"conversations": [{"value": "one turn only"}]})  # fewer than two turns: dropped, as the real loader does
+    sharegpt.write_text(json.dumps(rows))
+    custom = tmp_path / "prompts.jsonl"
+    answers = ["x y", "x y z"]  # 2 and 3 tokens: Flaky fails the odd ones
+    lines = [json.dumps({"conversations": [{"content": "custom prompt %d words" % n}, {"content": answers[n % 2]}]}) for n in range(6)]
+    custom.write_text("\n".join(lines) + "\n")
+    port = server.server_address[1]
+    try:
+        base = ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(port), "--disable-tqdm", "--disable-stream", "--max-concurrency", "1"]
+        out = tmp_path / "share.jsonl"
+        # every limit generous: a request is good exactly when it succeeded (a failed request is never good)
+        argv = base + ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt), "--num-prompts", "6", "--sharegpt-output-len", "12"]
+        done = bench(argv + ["--output-file", str(out), "--output-details", "--goodput", "ttft:100000", "tpot:100000", "e2el:100000"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = json.loads(out.read_text())
+        assert list(record)[len(serving.RESULT_KEYS) : len(serving.RESULT_KEYS) + 4] == list(serving.GOODPUT_KEYS)
+        assert record["dataset_name"] == "sharegpt" and record["output_lens"] == [12] * 6  # even: Flaky answers them
+        assert record["goodput_slos_ms"] == {"ttft": 100000.0, "tpot": 100000.0, "e2el": 100000.0}
+        assert record["slo_attainment"] == 1.0 and record["slo_attainment_by_metric"] == {"ttft": 1.0, "tpot": 1.0, "e2el": 1.0}
+        assert "SLO attainment (%):                      100.00" in done.stdout
+        # the custom JSONL, output lengths from the answers: the three that fail are never good, however generous the limit
+        out = tmp_path / "custom.jsonl"
+        argv = base + ["--dataset-name", "custom", "--dataset-path", str(custom), "--num-prompts", "6", "--warmup-requests", "0"]
+        done = bench(argv + ["--output-file", str(out), "--goodput", "ttft:100000"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = json.loads(out.read_text())
+        assert record["completed"] == 3 and record["slo_attainment"] == 0.5 and record["slo_attainment_by_metric"] == {"ttft": 0.5}
+        # the client's own checks: a key it does not know, a limit that is no positive number, a ShareGPT without a file
+        done = bench(base + ["--goodput", "itl:50"])
+        assert done.returncode == 2 and "expected KEY:VALUE with KEY in ttft, tpot, e2el" in done.stderr
+        done = bench(base + ["--goodput", "ttft:-1"])
+        assert done.returncode == 2
+        done = bench(base + ["--dataset-name", "sharegpt", "--num-prompts", "2"])
+        assert done.returncode == 1 and "--dataset-path" in done.stdout
+    finally:
+        server.shutdown()
+        server.server_close()

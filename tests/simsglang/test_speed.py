@@ -6,11 +6,12 @@ Figures come from the model's pure functions and from the server's own accountin
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
 from sglang.simulator import config
-from sglang.simulator.speed import RunNoise, SpeedModel, best_point, expected_throughput, host_factor, model_for, per_request_throughput
+from sglang.simulator.speed import RunNoise, SpeedModel, best_point, expected_throughput, host_factor, model_for, per_request_throughput, repetitiveness
 from test_simsglang import fixture_host_dir, fixture_servers, get_json, http, launch, read_host, wait_for  # noqa: F401  # pylint: disable=unused-import
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -146,3 +147,46 @@ def test_concurrent_requests_decode_as_one_batch(tmp_path, host_dir, servers):
     assert peak == 4 and 1.0 < mean_batch <= 4.0
     assert batches[1] < sum_batch_us / sum_batch <= batches[4] + 1e-6
     assert model_for({}).tokens_per_second(4) < model_for({}).tokens_per_second(1)
+
+
+def test_repetitive_prompts_accept_more_and_the_best_point_moves_with_them():
+    params = dict(accept_decay=0.75, content_accept_gain=1.0)
+    assert repetitiveness("a b c d") == 0.0 and repetitiveness("x") == 0.0
+    assert repetitiveness("for i in x : for i in x :") == pytest.approx(0.5)
+    chain = SpeedModel(params, "EAGLE", 6, 1, 7)
+    assert chain.accept_length(0.0) == pytest.approx(SpeedModel(dict(accept_decay=0.75), "EAGLE", 6, 1, 7).accept_length())
+    assert chain.accept_length(0.8) > chain.accept_length(0.3) > chain.accept_length(0.0)
+    assert SpeedModel(params).accept_length(0.9) == 1.0  # no speculation, nothing to accept
+    grid = [{"speculative_num_steps": steps} for steps in (1, 3, 6, 10)]
+    plain = best_point(grid, 1, params, repetition=0.0)["speculative_num_steps"]
+    repetitive = best_point(grid, 1, params, repetition=0.8)["speculative_num_steps"]
+    assert repetitive > plain  # the simulator's optimum moves with the prompts
+    # off by default: the prompt does not matter
+    assert SpeedModel(None, "EAGLE", 6, 1, 7).accept_length(0.9) == SpeedModel(None, "EAGLE", 6, 1, 7).accept_length(0.0)
+
+
+def test_a_speculative_prefill_grows_with_the_steps():
+    assert SpeedModel(dict(spec_prefill_cost=0.1)).prefill_factor() == 1.0
+    assert SpeedModel(dict(spec_prefill_cost=0.1), "EAGLE", 3, 1, 4).prefill_factor() == pytest.approx(1.3)
+    assert SpeedModel(None, "EAGLE", 3, 1, 4).prefill_factor() == 1.0
+
+
+def test_the_server_accepts_by_prompt_and_prefills_longer_with_steps(tmp_path, host_dir, servers):
+    settings = dict(base_tok_s=2000.0, accept_decay=0.6, content_accept_gain=1.0, spec_prefill_cost=0.5, prefill_tok_s=1000.0, noise=0.0)
+    argv = ["--model-path", MODEL, "--skip-server-warmup", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d"]
+    argv += ["--speculative-num-steps", "4", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "5"]
+    server = launch(servers, tmp_path, host_dir, argv, config=settings)
+    server.wait_ready()
+    model = SpeedModel(settings, "EAGLE", 4, 1, 5)
+    diverse = " ".join("word%d" % n for n in range(40))
+    repetitive = " ".join(["def f ( x ) : return x"] * 5)
+    lengths = {}
+    for name, text in (("diverse", diverse), ("repetitive", repetitive)):
+        status, raw = http(server.port, "/generate", {"text": text, "sampling_params": {"max_new_tokens": 400}})
+        assert status == 200
+        lengths[name] = json.loads(raw)["meta_info"]["spec_accept_length"]
+        assert lengths[name] == pytest.approx(model.accept_length(repetitiveness(text)), abs=0.1), name
+    assert lengths["repetitive"] > lengths["diverse"] + 0.5
+    # the prefill time the server accounts (modelled, not measured): 40 prompt tokens each, 1 + 0.5 x 4 times the target's
+    prefill = get_json(server.port, "/v1/loads")["loads"][0]
+    assert prefill["total_prefill_busy_us"] == pytest.approx(2 * 40 / 1000.0 * 3.0 * 1e6, rel=1e-3)

@@ -12,8 +12,12 @@ that has none of them:
 - the tokenizer is whitespace words, which is how the simulated server counts tokens (the real client
   loads the model's HF tokenizer); prompts are filler words, never ShareGPT text (`random` does not
   download ShareGPT here), and no special token is subtracted from the input lengths;
-- only the random datasets (`random`, `random-ids`) and the SGLang/OpenAI-compatible backends are
+- the random datasets (`random`, `random-ids`) and the local-file ones (`sharegpt`, `custom`, each with
+  --dataset-path, read and filtered as the real loaders do; an empty path would download ShareGPT from
+  the model hub, which a simulated host cannot: exit 1) and the SGLang/OpenAI-compatible backends are
   implemented; the other choices parse, then exit 1 with a message;
+- --goodput ttft:MS tpot:MS e2el:MS adds the real client's goodput keys (sglang/benchmark/goodput.py:
+  a request is good when it succeeded and met every limit);
 - no progress bar (--disable-tqdm is accepted); each request gives up after SIMSGLANG_BENCH_TIMEOUT
   seconds (default 6 hours, the real client's aiohttp total timeout).
 """
@@ -121,6 +125,9 @@ RESULT_KEYS = (
     + ("concurrency", "accept_length", "max_output_tokens_per_s", "max_concurrent_requests")
 )
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+# --goodput: the real GoodputMetrics' fields, added to the record in this order.
+GOODPUT_SLO_METRICS = ("ttft", "tpot", "e2el")
+GOODPUT_KEYS = ("goodput_slos_ms", "request_goodput", "slo_attainment", "slo_attainment_by_metric")
 FILLER = ("the", "quick", "benchmark", "prompt", "asks", "for", "plain", "words", "so", "every", "word", "is", "one", "token")
 
 
@@ -217,6 +224,98 @@ def sample_random_requests(args, rng):
     print("#Input tokens: %d" % sum(input_lens))
     print("#Output tokens: %d" % sum(output_lens))
     return rows
+
+
+def _conversations(data):
+    return data.get("conversations", data.get("conversation", [])) if isinstance(data, dict) else []
+
+
+def _filter_rows(pairs, args):
+    """The real loaders' shuffle and filter: --num-prompts rows of at least 2 prompt and output tokens."""
+    if args.sharegpt_output_len is not None and args.sharegpt_output_len < 4:
+        raise ValueError("output_len too small")
+    random.shuffle(pairs)
+    rows = []
+    for prompt, completion in pairs:
+        if len(rows) == args.num_prompts:
+            break
+        prompt_len = count_tokens(prompt)
+        output_len = count_tokens(completion) if args.sharegpt_output_len is None else args.sharegpt_output_len
+        if prompt_len < 2 or output_len < 2:
+            continue
+        if args.sharegpt_context_len and prompt_len + output_len > args.sharegpt_context_len:
+            continue
+        rows.append(DatasetRow(prompt=prompt, prompt_len=prompt_len, output_len=output_len))
+    print("#Input tokens: %d" % sum(row.prompt_len for row in rows))
+    print("#Output tokens: %d" % sum(row.output_len for row in rows))
+    return rows
+
+
+def sample_sharegpt_requests(args):
+    """sglang/benchmark/datasets/sharegpt.py: a JSON list of {"conversations": [{"value": ...}, ...]}."""
+    if not args.dataset_path:
+        print("The simulated benchmark client cannot download ShareGPT: give --dataset-path.")
+        sys.exit(1)
+    with open(args.dataset_path) as handle:
+        dataset = json.load(handle)
+    dataset = [data for data in dataset if len(_conversations(data)) >= 2]
+    pairs = [(_conversations(data)[0]["value"], _conversations(data)[1]["value"]) for data in dataset]
+    return _filter_rows(pairs, args)
+
+
+def sample_custom_requests(args):
+    """sglang/benchmark/datasets/custom.py: JSONL, one conversation a line, turns keyed content or value."""
+    if not os.path.isfile(args.dataset_path):
+        raise FileNotFoundError("Dataset not found at %s" % args.dataset_path)
+    dataset = []
+    with open(args.dataset_path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                try:
+                    dataset.append(json.loads(line))
+                except ValueError:
+                    continue
+    pairs = []
+    for data in dataset:
+        convs = _conversations(data)
+        if len(convs) >= 2:
+            pairs.append((convs[0].get("content", convs[0].get("value", "")), convs[1].get("content", convs[1].get("value", ""))))
+    return _filter_rows(pairs, args)
+
+
+# -- goodput (sglang/benchmark/goodput.py) -----------------------------------------------------------
+def calculate_goodput(outputs, goodput_slos, dur_s):
+    num_good = 0
+    num_met = dict.fromkeys(goodput_slos, 0)
+    for output in outputs:
+        if not output.success:
+            continue
+        tpot = 0.0
+        if output.output_len > 1:
+            tpot = (output.latency - output.ttft) / (output.output_len - 1)
+        observed_ms = {"ttft": output.ttft * 1000, "tpot": tpot * 1000, "e2el": output.latency * 1000}
+        met = [name for name, slo in goodput_slos.items() if observed_ms[name] <= slo]
+        for name in met:
+            num_met[name] += 1
+        if len(met) == len(goodput_slos):
+            num_good += 1
+    return {  # GOODPUT_KEYS
+        "goodput_slos_ms": goodput_slos,
+        "request_goodput": num_good / dur_s,
+        "slo_attainment": num_good / len(outputs),
+        "slo_attainment_by_metric": {name: count / len(outputs) for name, count in num_met.items()},
+    }
+
+
+def print_goodput(goodput):
+    slos = " ".join("%s:%s" % (name, f"{slo:g}") for name, slo in goodput["goodput_slos_ms"].items())
+    print("{s:{c}^{n}}".format(s="Goodput", n=50, c="-"))
+    print("{:<40} {:<10}".format("SLOs (ms):", slos))
+    print("{:<40} {:<10.2f}".format("Request goodput (req/s):", goodput["request_goodput"]))
+    print("{:<40} {:<10.2f}".format("SLO attainment (%):", goodput["slo_attainment"] * 100))
+    for name, attainment in goodput["slo_attainment_by_metric"].items():
+        print("{:<40} {:<10.2f}".format("%s SLO attainment (%%):" % name.upper(), attainment * 100))
 
 
 # -- statistics the way numpy computes them ----------------------------------------------------------
@@ -695,7 +794,10 @@ def benchmark(args, backend, api_url, base_url, model_id, rows, rng, extra_body)
     accept_length = fetch_accept_length(base_url, backend)
     duration = time.perf_counter() - start
     metrics, output_lens = calculate_metrics(rows, outputs, duration, backend, accept_length)
+    goodput = calculate_goodput(outputs, dict(args.goodput), duration) if args.goodput else None
     print_summary(backend, args.request_rate, max_concurrency, metrics, duration, accept_length)
+    if goodput:
+        print_goodput(goodput)
 
     try:
         status, server_info = get_json(base_url + "/server_info", get_auth_headers(), timeout=30)
@@ -725,6 +827,8 @@ def benchmark(args, backend, api_url, base_url, model_id, rows, rng, extra_body)
         }
     )
     result = {key: values[key] for key in RESULT_KEYS}
+    if goodput:
+        result.update(goodput)
     if args.output_file:
         file_name = args.output_file
     else:
@@ -791,10 +895,15 @@ def run_benchmark(args):
         print("No model specified or found. Please provide a model using `--model`.")
         sys.exit(1)
     print("%s\n" % (args,))
-    if args.dataset_name not in ("random", "random-ids"):
-        print("The %s dataset is not available in the simulated benchmark client (random and random-ids are)." % args.dataset_name)
+    if args.dataset_name == "sharegpt":
+        rows = sample_sharegpt_requests(args)
+    elif args.dataset_name == "custom":
+        rows = sample_custom_requests(args)
+    elif args.dataset_name in ("random", "random-ids"):
+        rows = sample_random_requests(args, rng)
+    else:
+        print("The %s dataset is not available in the simulated benchmark client (random, random-ids, sharegpt and custom are)." % args.dataset_name)
         sys.exit(1)
-    rows = sample_random_requests(args, rng)
     return benchmark(args, args.backend, api_url, base_url, args.served_model_name or args.model, rows, rng, extra_body)
 
 
@@ -806,6 +915,14 @@ def _finite_positive_float(value):
     if not math.isfinite(parsed) or parsed <= 0:
         raise argparse.ArgumentTypeError("expected a finite float > 0, got %r" % (value,))
     return parsed
+
+
+def _goodput_slo(pair):
+    """argparse type for one --goodput KEY:VALUE entry; VALUE is in milliseconds."""
+    name, _sep, value = pair.partition(":")
+    if name not in GOODPUT_SLO_METRICS:
+        raise argparse.ArgumentTypeError("expected KEY:VALUE with KEY in %s, got %r" % (", ".join(GOODPUT_SLO_METRICS), pair))
+    return name, _finite_positive_float(value)
 
 
 def build_parser():
@@ -824,6 +941,7 @@ def build_parser():
     add("--tokenizer", type=str, help="Name or path of the tokenizer. If not set, using the model conf.")
     add("--num-prompts", type=int, default=1000, help="Number of prompts to process. Default is 1000.")
     add("--sharegpt-output-len", type=int, default=None, help="Output length for each request (ShareGPT dataset).")
+    add("--sharegpt-context-len", type=int, default=None, help="Requests longer than this context length are dropped (ShareGPT dataset).")
     add("--random-input-len", type=int, default=1024, help="Number of input tokens per request, used only for random and image dataset.")
     add("--random-output-len", default=1024, type=int, help="Number of output tokens per request, used only for random and image dataset.")
     add("--random-range-ratio", type=float, default=0.0, help="Range of sampled ratio of input/output length, used only for random and image dataset.")
@@ -831,6 +949,7 @@ def build_parser():
     add("--max-concurrency", type=int, default=None, help="Maximum number of concurrent requests.")
     add("--output-file", type=str, help="Output JSONL file name.")
     add("--output-details", action="store_true", help="Output details of benchmarking.")
+    add("--goodput", nargs="+", type=_goodput_slo, default=None, metavar="KEY:VALUE", help="SLOs for goodput as KEY:VALUE pairs in milliseconds.")
     add("--disable-tqdm", action="store_true", help="Specify to disable tqdm progress bar.")
     add("--disable-stream", action="store_true", help="Disable streaming mode.")
     add("--seed", type=int, default=42, help="The random seed.")

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sglang.simulator.speed import TokenPacer
+from sglang.simulator.speed import TokenPacer, repetitiveness
 from sglang.version import __version__
 
 logger = logging.getLogger("sglang.simulator.api")
@@ -252,8 +252,10 @@ class ServerState(object):
         return line
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, prompt_tokens, max_new_tokens, emit=None, rid=None):
+    def generate(self, prompt_tokens, max_new_tokens, emit=None, rid=None, prompt_text=None):
         """Decode max_new_tokens filler tokens at the modelled pace; emit(text_delta, ids_delta) per cycle.
+
+        prompt_text, when the request carries text: its repetitiveness sets the acceptance (speed.py).
 
         Returns (text, output_ids, meta) where meta has completion_tokens, spec_verify_ct and the rest.
         """
@@ -281,12 +283,12 @@ class ServerState(object):
                     self.window_start = time.monotonic()  # idle time is not decode time
         text, ids, cycles = [], [], 0
         try:
-            prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"])
+            prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"]) * self.speed.prefill_factor()
             time.sleep(prefill_s)
             with self.lock:
                 self.prefill_tokens_total += prompt_tokens
                 self.prefill_busy_us += int(prefill_s * 1e6)
-            pacer = TokenPacer(self.speed.accept_length(), self.speed.depth + 1)
+            pacer = TokenPacer(self.speed.accept_length(repetitiveness(prompt_text)), self.speed.depth + 1)
             deadline = time.monotonic()
             while len(ids) < max_new_tokens:
                 # each cycle at the pace of the batch decoding now (every running request is in it)
@@ -580,6 +582,17 @@ def _count_tokens(value):
     return max(len(str(value or "").split()), 1)
 
 
+def _prompt_text(value):
+    """The words of a prompt (text, a list of texts or chat messages); None for token ids."""
+    if isinstance(value, list):
+        if value and all(isinstance(item, int) for item in value):
+            return None
+        return " ".join(_prompt_text(item) or "" for item in value)
+    if isinstance(value, dict):
+        return str(value.get("content") or value.get("text") or "")
+    return str(value or "")
+
+
 class Handler(BaseHTTPRequestHandler):
     """One HTTP request. The server object carries ``state`` (a ServerState)."""
 
@@ -789,10 +802,11 @@ class Handler(BaseHTTPRequestHandler):
         params = body.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens", 128))
         prompt = _count_tokens(body.get("input_ids") if body.get("input_ids") is not None else body.get("text", ""))
+        prompt_text = _prompt_text(body.get("text")) if body.get("input_ids") is None else None
         stream = bool(body.get("stream"))
         with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new, rid=rid)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text)
                 self._account(prompt, len(ids), False)
                 self._send(200, {"text": text, "output_ids": ids, "meta_info": meta})
                 return
@@ -810,7 +824,7 @@ class Handler(BaseHTTPRequestHandler):
                     }
                 )
 
-            text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid)
+            text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
             self._event({"text": text, "output_ids": ids, "meta_info": meta})
             self._event("[DONE]")
             self._account(prompt, len(ids), True)
@@ -827,9 +841,11 @@ class Handler(BaseHTTPRequestHandler):
         model = self.state.args["served_model_name"]
         if chat:
             prompt = _count_tokens(body.get("messages") or [])
+            prompt_text = _prompt_text(body.get("messages") or [])
             max_new = body.get("max_completion_tokens") or body.get("max_tokens") or 128
         else:
             prompt = _count_tokens(body.get("prompt", ""))
+            prompt_text = _prompt_text(body.get("prompt", ""))
             max_new = body.get("max_tokens") or 16
         max_new = int(max_new)
         stream = bool(body.get("stream"))
@@ -837,7 +853,7 @@ class Handler(BaseHTTPRequestHandler):
         kind = "chat.completion" if chat else "text_completion"
         with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new, rid=rid)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text)
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length", "matched_stop": None}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
@@ -885,7 +901,7 @@ class Handler(BaseHTTPRequestHandler):
                     choice["text"] = delta
                 self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice]})
 
-            _text, ids, _meta = self.state.generate(prompt, max_new, emit, rid=rid)
+            _text, ids, _meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event(
                     {

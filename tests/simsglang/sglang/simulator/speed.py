@@ -12,7 +12,11 @@ tokens plus the bonus token (the "accept length"):
 
 k = speculative_num_steps, topk = speculative_eagle_topk, n = speculative_num_draft_tokens.
 For a chain (topk 1, n = k + 1): depth = k and b = 1, so E = sum_{i=0..k} p^i-like and
-T = 1 + c k^g + o. The defaults reproduce a user's measurements: about 90 tok/s without
+T = 1 + c k^g + o. The prompt matters (both effects are off by default): a repetitive or code-like
+prompt (R, the share of its words that repeat an earlier word) is easier to draft for, so the decay
+moves towards 1, d' = d + (1 - d) * r * R; and a speculative server's prefill also runs the draft
+model over the prompt, once per draft step here, so the time to the first token grows with the steps,
+(1 + f * k) times the target's prefill. The defaults reproduce a user's measurements: about 90 tok/s without
 speculation, 93-94 at 2 steps (the best), 74 at 5 steps and 60 at 10 steps. A linear draft cost
 (g = 1) cannot fit those three points within 5% (README.md shows why), so the draft cost grows
 with the square root of the steps by default.
@@ -35,6 +39,9 @@ DEFAULTS = {
     "topk_cost": 0.1,  # t: each extra candidate per draft step costs this fraction of a step
     "verify_token_cost": 0.01,  # v: each verified tree node beyond the chain costs this
     "batch_token_cost": 0.006,  # a: each further token in a batched forward costs this fraction of a forward
+    # What the prompt does (README.md, "Prompts and latency"); both off by default.
+    "content_accept_gain": 0.0,  # r: a prompt's repetitiveness R moves the decay towards 1: d' = d + (1 - d) * r * R
+    "spec_prefill_cost": 0.0,  # f: a speculative server's prefill takes (1 + f * k) times the target's alone
 }
 # Run-to-run and host-to-host variation (README.md, "Noise"); also keys of the simulator's configuration.
 NOISE_DEFAULTS = {
@@ -82,12 +89,13 @@ class SpeedModel(object):
             return max(self.num_draft_tokens - 1, 0)
         return max(min(self.num_steps, self.num_draft_tokens - 1), 0)
 
-    def accept_length(self):
-        """E: expected tokens per cycle, bonus token included."""
+    def accept_length(self, repetition=0.0):
+        """E: expected tokens per cycle, bonus token included, for a prompt of the given repetitiveness (0 to 1)."""
         depth = self.depth
         if depth == 0:
             return 1.0
         p, d = self.params["accept_p"], self.params["accept_decay"]
+        d = d + (1.0 - d) * float(self.params["content_accept_gain"]) * max(0.0, min(1.0, float(repetition or 0.0)))
         branches = max(1.0, min(float(self.topk), (self.num_draft_tokens - 1) / float(depth)))
         expected, reach = 1.0, 1.0
         for position in range(1, depth + 1):
@@ -116,13 +124,28 @@ class SpeedModel(object):
         extra_nodes = max(self.num_draft_tokens - 1 - self.depth, 0)
         return verify + draft + prm["verify_token_cost"] * extra_nodes + prm["cycle_overhead"]
 
+    def prefill_factor(self):
+        """How many times the target's prefill alone a prefill takes (the draft model runs over the prompt too)."""
+        if not self.enabled:
+            return 1.0
+        return 1.0 + float(self.params["spec_prefill_cost"]) * self.num_steps
+
     def cycle_seconds(self, batch=1, factor=1.0):
         """Seconds per cycle of each request when batch requests decode together (factor: noise, host)."""
         return self.cycle_cost(batch) / (self.params["base_tok_s"] * factor)
 
-    def tokens_per_second(self, batch=1, factor=1.0):
+    def tokens_per_second(self, batch=1, factor=1.0, repetition=0.0):
         """Tokens/s of one request among batch; the server's output is batch times this."""
-        return self.accept_length() / self.cycle_seconds(batch, factor)
+        return self.accept_length(repetition) / self.cycle_seconds(batch, factor)
+
+
+def repetitiveness(text):
+    """R of a prompt: the share of its words that repeat an earlier word (0 for all-new words, near 1 for a
+    line repeated over and over). Deterministic, from the text alone."""
+    words = str(text or "").split()
+    if len(words) < 2:
+        return 0.0
+    return 1.0 - len(set(words)) / float(len(words))
 
 
 def chain_throughput(num_steps, params=None):
@@ -165,7 +188,7 @@ def model_for(config, params=None):
     return SpeedModel(merged, algorithm, steps and int(steps), topk and int(topk), draft_tokens and int(draft_tokens))
 
 
-def expected_throughput(config, concurrency=1, params=None):
+def expected_throughput(config, concurrency=1, params=None, repetition=0.0):
     """Noise-free output tokens/s of the whole server with `concurrency` requests decoding all the time.
 
     config: a configuration dict as model_for takes it; max_running_requests in it caps the batch
@@ -175,7 +198,7 @@ def expected_throughput(config, concurrency=1, params=None):
     concurrency = max(int(concurrency), 1)
     cap = config.get("max_running_requests")
     batch = min(concurrency, int(cap)) if cap else concurrency
-    return batch * model_for(config, params).tokens_per_second(batch)
+    return batch * model_for(config, params).tokens_per_second(batch, repetition=repetition)
 
 
 def per_request_throughput(config, concurrency=1, params=None):
@@ -185,9 +208,10 @@ def per_request_throughput(config, concurrency=1, params=None):
     return model_for(config, params).tokens_per_second(batch)
 
 
-def best_point(grid, concurrency=1, params=None):
-    """The entry of grid (configuration dicts) with the highest expected_throughput at concurrency."""
-    return max(grid, key=lambda config: expected_throughput(config, concurrency, params))
+def best_point(grid, concurrency=1, params=None, repetition=0.0):
+    """The entry of grid (configuration dicts) with the highest expected_throughput at concurrency (for prompts of
+    the given repetitiveness)."""
+    return max(grid, key=lambda config: expected_throughput(config, concurrency, params, repetition))
 
 
 def _unit_normal(seed_text):

@@ -35,6 +35,7 @@ if case.get('exit'):
 record = dict(backend='sglang', max_concurrency=int(argv[argv.index('--max-concurrency') + 1]), completed=case['completed'],
               output_throughput=case.get('tok_s', 93.5), mean_ttft_ms=41.0, p99_ttft_ms=80.0, mean_itl_ms=10.5, p99_itl_ms=21.0,
               accept_length=2.35, duration=3.2, request_throughput=1.25, server_info=dict(api_key=os.environ.get('OPENAI_API_KEY')))
+record.update(case.get('extra', {}))
 with open(out, 'a') as handle:
     handle.write(json.dumps(record) + '\n')
 '''
@@ -67,6 +68,9 @@ def params(python: str, **extra) -> dict:
         tokenizer=None,
         model=None,
         timeout=60.0,
+        dataset_path=None,
+        dataset_sha256=None,
+        slo=None,
     )
     out.update(extra)
     return out
@@ -164,3 +168,67 @@ REFUSED = [
 def test_refused_before_any_client_runs(client, changes, message):
     with pytest.raises(AssertionError, match='^' + re.escape(message)):
         sglang_benchmark.Benchmark(FakeModule(dict(params(str(client)), **changes))).validate()
+
+
+# Four requests over 2 s: 10 output tokens each; the third failed; the fourth took 600 ms to its first token.
+DETAILS = dict(
+    duration=2.0,
+    request_goodput=1.0,
+    slo_attainment=0.5,
+    slo_attainment_by_metric=dict(ttft=0.5, tpot=0.75),
+    p99_tpot_ms=30.0,
+    p99_e2e_latency_ms=900.0,
+    ttfts=[0.1, 0.2, 0.0, 0.6],
+    itls=[[0.02] * 9, [0.02] * 9, [], [0.02] * 9],
+    output_lens=[10, 10, 0, 10],
+    errors=['', '', 'boom', ''],
+    generated_texts=['private text'] * 4,
+)
+
+
+def test_slo_and_a_file_of_prompts_go_to_the_client_and_the_good_requests_are_counted(tmp_path, client, monkeypatch):
+    log = tmp_path / 'calls.jsonl'
+    prompts = tmp_path / 'prompts.json'
+    prompts.write_text('[]')
+    digest = __import__('hashlib').sha256(b'[]').hexdigest()
+    case = dict(completed=3, extra=DETAILS)
+    p = params(str(client), environment=dict(CASE=json.dumps(case), CASE_LOG=str(log)), concurrency=[2], num_prompts=3)
+    p.update(dataset_name='sharegpt', dataset_path=str(prompts), dataset_sha256=digest, slo=dict(ttft_ms=500.0, tpot_ms=None, e2e_ms=1000))
+    monkeypatch.setattr(sglang_benchmark, 'installed_sglang', lambda python, env: ('0.5.23', None))
+    result = sglang_benchmark.Benchmark(FakeModule(p)).run()
+    argv = json.loads(log.read_text().splitlines()[0])['argv']
+    assert argv[6:12] == ['--dataset-name', 'sharegpt', '--dataset-path', str(prompts), '--sharegpt-output-len', '64']
+    assert '--random-input-len' not in argv
+    assert argv[argv.index('--goodput') + 1 : argv.index('--goodput') + 3] == ['ttft:500.0', 'e2el:1000.0'] and '--output-details' in argv
+    level = result['levels'][0]
+    assert level['measured'] and level['slo_attainment'] == 0.5 and level['request_goodput'] == 1.0
+    assert level['slo_attainment_by_metric'] == dict(ttft=0.5, tpot=0.75) and level['p99_e2e_ms'] == 900.0 and level['p99_tpot_ms'] == 30.0
+    # good: the first two (the failed one never is; the fourth is over the TTFT limit): 20 tokens in 2 s
+    assert level['good_output_throughput'] == pytest.approx(10.0)
+    assert 'private text' not in json.dumps(result)
+
+
+@pytest.mark.parametrize(
+    'changes, message',
+    [
+        (dict(dataset_name='sharegpt'), 'dataset_path: dataset_name sharegpt reads a file of prompts on the host: give its path'),
+        (dict(dataset_name='custom', dataset_path='/nonexistent.invalid/p.jsonl'), 'dataset_path: /nonexistent.invalid/p.jsonl is not a file on the host'),
+        (dict(dataset_path='/tmp/p.json'), 'dataset_path: /tmp/p.json is read with dataset_name sharegpt or custom, not random'),
+        (dict(slo=dict(ttft_ms=None, tpot_ms=None, e2e_ms=None)), 'slo: give at least one limit'),
+        (dict(slo=dict(ttft_ms=-5.0, tpot_ms=None, e2e_ms=None)), 'slo.ttft_ms: -5.0 is out of range'),
+    ],
+)
+def test_a_bad_file_or_slo_is_refused_before_any_client_runs(tmp_path, client, changes, message):
+    p = params(str(client), environment=dict(CASE='{}', CASE_LOG=str(tmp_path / 'never.jsonl')), **changes)
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        sglang_benchmark.Benchmark(FakeModule(p)).run()
+    assert not (tmp_path / 'never.jsonl').exists()
+
+
+def test_a_file_that_changed_since_the_plan_is_refused(tmp_path, client):
+    prompts = tmp_path / 'prompts.jsonl'
+    prompts.write_text('{"conversations": []}\n')
+    p = params(str(client), environment=dict(CASE='{}', CASE_LOG=str(tmp_path / 'never.jsonl')), dataset_name='custom', dataset_path=str(prompts))
+    p['dataset_sha256'] = '0' * 64
+    with pytest.raises(AssertionError, match='has sha256 [0-9a-f]{64}, not the 0{64} expected; the file changed since it was checked'):
+        sglang_benchmark.Benchmark(FakeModule(p)).run()
