@@ -56,8 +56,8 @@ def records(figures: dict, repeats: int = 3) -> list[dict]:
     return out
 
 
-def decide(tmp_path, figures, slo=SLO, repeats=3):
-    plan = make_plan(tmp_path, repeats=repeats, slo=slo)
+def decide(tmp_path, figures, slo=None, repeats=3):
+    plan = make_plan(tmp_path, repeats=repeats, slo=SLO if slo is None else slo)
     rows = report.aggregate(plan, records(figures, repeats))
     return plan, rows, report.decide(plan, rows)
 
