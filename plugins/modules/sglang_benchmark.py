@@ -507,7 +507,9 @@ class Benchmark:
         )
         duration = as_float(result.get('duration'))
         ttfts, itls, lens, errors = (result.get(k) for k in ('ttfts', 'itls', 'output_lens', 'errors'))
-        if not duration or not all(isinstance(v, list) for v in (ttfts, itls, lens, errors)) or not len(ttfts) == len(itls) == len(lens) == len(errors):
+        if not (duration and isinstance(ttfts, list) and isinstance(itls, list) and isinstance(lens, list) and isinstance(errors, list)):
+            return out
+        if not len(ttfts) == len(itls) == len(lens) == len(errors):
             return out
         slo = self.slo()
         tokens = 0

@@ -131,12 +131,11 @@ def check(path_value, dataset_name: str | None, num_prompts: int | None, problem
         problems.append('%s: %s is not UTF-8 text (byte %d)' % (FIELD, path, exc.start))
         return None
     whole = None
+    whole_error: json.JSONDecodeError | None = None
     try:
         whole = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         whole_error = exc
-    else:
-        whole_error = None
     fmt = dataset_name
     if fmt is None:
         fmt = 'sharegpt' if isinstance(whole, list) else 'custom'
