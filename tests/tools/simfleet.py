@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -57,16 +56,23 @@ def dump(data: dict, comment: str) -> str:
 
 def build_wheel(root: Path) -> Path:
     wheels = root / 'wheels'
-    subprocess.run(
+    built = subprocess.run(
         [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '-w', str(wheels), str(REPO / 'tests' / 'simsglang')],
-        check=True,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    if built.returncode != 0:
+        raise SystemExit('simfleet: building the simulated SGLang wheel failed:\n%s%s' % (built.stdout, built.stderr))
     [wheel] = list(wheels.glob('sglang-0.5.23-*.whl'))
     return wheel
 
 
-def start_router(root: Path, key: str) -> dict:
-    """The real sglang-router (the `smg` binary of this project's .venv) on loopback, in a session of its own."""
+def start_router(root: Path) -> dict:
+    """The real sglang-router (the `smg` binary of this project's .venv) on loopback, in a session of its own.
+
+    Without an API key: a key on its command line would be readable by every local user in /proc (the
+    sglang_router role gives a real router its key as a systemd credential instead)."""
     smg = VENV_BIN / 'smg'
     if not smg.exists():
         raise SystemExit('simfleet: %s not found: run make bootstrap first' % smg)
@@ -74,12 +80,12 @@ def start_router(root: Path, key: str) -> dict:
     argv = [str(smg), 'launch', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin']
     argv += ['--prometheus-host', '127.0.0.1', '--prometheus-port', str(metrics)]
     argv += ['--health-check-interval-secs', '5', '--health-failure-threshold', '2', '--log-level', 'warn']
-    # The key reaches the router through its environment file, never its command line (visible to every user).
     env = dict(os.environ, SIMFLEET_DIR=str(root))
     (root / 'router').mkdir()
     with open(root / 'router' / 'router.log', 'ab') as log:
-        proc = subprocess.Popen(argv + ['--api-key', key], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    (root / 'router' / 'pid').write_text('%d\n' % proc.pid)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    # The router renames itself over its environment (sglang::router): down() finds it by this pid and start time.
+    (root / 'router' / 'pid').write_text('%d %s\n' % (proc.pid, start_time(proc.pid)))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -150,8 +156,7 @@ def up(options: argparse.Namespace) -> int:
     (inventory / 'group_vars' / 'gpu_servers').mkdir(parents=True)
     (inventory / 'group_vars' / 'gpu_servers' / 'main.yml').write_text(dump(shared, 'What every host shares, as for a real fleet (docs/inventory.md).'))
     if options.router:
-        key = secrets.token_urlsafe(24)
-        router = start_router(root, key)
+        router = start_router(root)
         hosts['sglang_routers'] = dict(hosts={'router-1': None})
         (inventory / 'host_vars' / 'router-1').mkdir(parents=True)
         (inventory / 'host_vars' / 'router-1' / 'simulation.yml').write_text(
@@ -166,12 +171,6 @@ def up(options: argparse.Namespace) -> int:
                 'The router simfleet.py started on loopback (a real fleet runs it with the sglang_router role).',
             )
         )
-        # A file of the user's only: a real fleet keeps this in a vault.
-        secret = inventory / 'group_vars' / 'all'
-        secret.mkdir(parents=True)
-        fd = os.open(secret / 'router_key.yml', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(dump(dict(sglang_router_api_key=key), 'The simulated router API key (keep a real one in a vault).'))
     (inventory / 'hosts.yml').write_text(dump(hosts, 'The simulated fleet of tests/tools/simfleet.py.'))
     pb = 'ansible-playbook -i %s' % inventory
     print('simulated fleet of %d hosts (%d GPUs each) in %s%s' % (options.hosts, options.gpus, root, ', behind sglang-router' if options.router else ''))
@@ -181,6 +180,17 @@ def up(options: argparse.Namespace) -> int:
         print('  %s %s' % (pb, command))
     print('tear down: %s tests/tools/simfleet.py down --dir %s' % (sys.executable, root))
     return 0
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None once it is gone (or a
+    zombie waiting to be reaped)."""
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            fields = handle.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    return None if len(fields) < 20 or fields[0] in ('Z', 'X') else fields[19]
 
 
 def fleet_pids(root: Path) -> list[int]:
@@ -198,6 +208,12 @@ def fleet_pids(root: Path) -> list[int]:
             continue
         if any(item.startswith((b'SIMGPU_STATE_DIR=', b'SIMFLEET_DIR=')) and marker in item for item in environ):
             found.append(int(name))
+    try:
+        pid, started = (root / 'router' / 'pid').read_text().split()
+        if start_time(int(pid)) == started and int(pid) not in found:
+            found.append(int(pid))
+    except (OSError, ValueError):
+        pass
     return found
 
 
