@@ -211,12 +211,16 @@ class ActionModule(ActionBase):
         for note in notes:
             display.warning(note)
         trials = sum(len(r) for r in plan['schedule'])
+        # The baseline runs on every host (the reference each host's trials are paired with): more than `repeats`
+        # times when the fleet has more hosts.
+        extra = trials - len(plan['points']) * plan['repeats']
         lines = [
-            'seed %s: %d points (baseline included) x %d repeats = %d trials on %d hosts in %d rounds%s%s'
+            'seed %s: %d points (baseline included) x %d repeats%s = %d trials on %d hosts in %d rounds%s%s'
             % (
                 seed,
                 len(plan['points']),
                 plan['repeats'],
+                ' + %d of the baseline (every host measures it)' % extra if extra > 0 else '',
                 trials,
                 len(hosts),
                 len(plan['schedule']),

@@ -471,9 +471,13 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
 
     Every point gets ``repeats`` trials, each on the least loaded host that has not measured the point yet (ties
     drawn with ``seed``; a host measures a point twice only when the fleet has fewer hosts than repeats), so the
-    hosts' loads differ by one trial at most and every host works in every round but the last. Each host then runs
-    its trials in an order drawn with ``seed``; with ``adaptive``, by speculative steps first (the baseline and
-    short chains before the long ones, which the measurements may then show cannot win), drawn within a step count.
+    hosts' loads differ by one trial at most and every host works in every round but the last. A reference point
+    (one without speculation, the baseline of its environment) is measured on every host, ``repeats`` times or once
+    per host when the fleet has more hosts than that: the statistics pair each trial with its own host's reference
+    (a blocked design), so that the spread between hosts does not pass for a difference between points. Each host
+    then runs its trials in an order drawn with ``seed``; with ``adaptive``, by speculative steps first (the baseline
+    and short chains before the long ones, which the measurements may then show cannot win), drawn within a step
+    count.
     """
     rng = random.Random(seed)
     order = list(points)
@@ -482,7 +486,7 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
     queues: dict[str, list[dict]] = dict((h, []) for h in hosts)
     for point in order:
         used: set[str] = set()
-        for repeat in range(repeats):
+        for repeat in range(repeats if point.get('algorithm') else max(repeats, len(hosts))):
             if len(used) == len(hosts):
                 used = set()
             candidates = [h for h in hosts if h not in used]

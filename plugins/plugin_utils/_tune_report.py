@@ -64,6 +64,10 @@ SUMMARY_COLUMNS = (
     'ci95_low_good_tok_s',
     'ci95_high_good_tok_s',
     'meets_slo',
+    'paired_trials',
+    'paired_ratio_geomean',
+    'paired_ratio_ci95_low',
+    'paired_ratio_ci95_high',
 )
 
 
@@ -89,6 +93,32 @@ def level_values(trials: list[dict], point: str, concurrency: int) -> list[dict]
             if level.get('concurrency') == concurrency and level.get('measured'):
                 out.append(level)
     return out
+
+
+def host_values(trials: list[dict], point: str, concurrency: int, figure: str) -> list[tuple[str, float]]:
+    """``(host, value)`` of a figure over the measured benchmark runs of a point at a concurrency."""
+    out = []
+    for trial in trials:
+        if trial.get('point') != point or trial.get('status') not in ('ok', 'failed'):
+            continue
+        for level in trial.get('levels') or []:
+            if level.get('concurrency') == concurrency and level.get('measured') and isinstance(level.get(figure), (int, float)):
+                out.append((str(trial.get('host')), float(level[figure])))
+    return out
+
+
+def paired_with_reference(trials: list[dict], point: str, reference: str | None, concurrency: int, figure: str) -> tuple[dict, dict]:
+    """The point's ratio to its reference host by host (stats.paired_ratio), and the same in the figure's unit (times
+    the median over the hosts of the reference's per-host medians); two empty dicts without a reference."""
+    if reference is None:
+        return {}, {}
+    by_host: dict[str, list[float]] = {}
+    for host, value in host_values(trials, reference, concurrency, figure):
+        by_host.setdefault(host, []).append(value)
+    if not by_host:
+        return {}, {}
+    ratio = stats.paired_ratio(host_values(trials, point, concurrency, figure), by_host)
+    return ratio, stats.scaled(ratio, statistics.median(statistics.median(v) for v in by_host.values()))
 
 
 def attainment_of(trials: list[dict], point: str, concurrency: int) -> float | None:
@@ -121,6 +151,8 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
     """One row per point and concurrency level, with its statistics (empty when nothing measured)."""
     rows = []
     skipped = dict((t['point'], t.get('reason')) for t in trials if t.get('status') == 'skipped')
+    # The reference of each environment: its point without speculation, measured on every host (schedule).
+    references = dict((p['environment'], p['id']) for p in plan['points'] if not p['algorithm'])
     for point in plan['points']:
         mine = [t for t in trials if t.get('point') == point['id']]
         failures = [t for t in mine if t.get('status') == 'failed']
@@ -146,6 +178,9 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
             good = [lv['good_output_throughput'] for lv in levels if isinstance(lv.get('good_output_throughput'), (int, float))]
             row['good_values'] = good
             row['good_stats'] = stats.summarize(good, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 1)
+            reference = references.get(point['environment'])
+            row['paired'], row['paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'output_throughput')
+            row['good_paired'], row['good_paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'good_output_throughput')
             row['attainment'] = attainment_of(trials, point['id'], concurrency)
             row['meets_slo'] = meets_slo(row, plan.get('slo'))
             if not point['algorithm']:
@@ -233,6 +268,12 @@ def apply_gate(choice: dict, slo: dict | None = None) -> str | None:
         return None
     if told is None:
         return '%s cannot be told from %s: too few runs for an interval (%d are needed)' % (winner['label'], what, stats.MIN_FOR_INTERVAL)
+    if winner['point']['algorithm'] and winner.get('paired', {}).get('ci_low') is not None:
+        return '%s is not distinguishable from %s (paired by host, its ratio to it is %s, which includes no change)' % (
+            winner['label'],
+            what,
+            _ratio_text(winner['paired']),
+        )
     return '%s is not distinguishable from %s (their intervals overlap)' % (winner['label'], what)
 
 
@@ -242,7 +283,11 @@ def choose_level(level_rows: list[dict], slo: dict | None) -> dict:
     ``violating`` lists the measured points that do not meet it, ``by_tok_s`` is the winner by output tok/s alone."""
     if not slo:
         return stats.choose(level_rows)
-    meeting = [dict(r, stats=r['good_stats'], tok_s_stats=r['stats']) for r in level_rows if r.get('meets_slo')]
+    meeting = [
+        dict(r, stats=r['good_stats'], tok_s_stats=r['stats'], paired=r.get('good_paired') or {}, paired_stats=r.get('good_paired_stats') or {})
+        for r in level_rows
+        if r.get('meets_slo')
+    ]
     choice = stats.choose(meeting)
     choice['violating'] = [r for r in level_rows if r['stats'] and r.get('meets_slo') is False]
     choice['by_tok_s'] = stats.choose(level_rows).get('winner')
@@ -317,9 +362,23 @@ def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
                 _fmt(row['good_stats'].get('ci_low'), 2),
                 _fmt(row['good_stats'].get('ci_high'), 2),
                 '-' if row.get('meets_slo') is None else ('yes' if row['meets_slo'] else 'no'),
+                row['paired'].get('n', 0),
+                _fmt(row['paired'].get('median'), 4),
+                _fmt(row['paired'].get('ci_low'), 4),
+                _fmt(row['paired'].get('ci_high'), 4),
             ]
         )
     return buffer.getvalue()
+
+
+def _ratio_text(ratio: dict) -> str:
+    """A paired ratio as a change: ``+4.1% [+2.0%, +6.3%]`` (no interval from too few pairs)."""
+    if not ratio:
+        return '-'
+    text = '%+.1f%%' % (100.0 * (ratio['median'] - 1.0))
+    if ratio.get('ci_low') is None:
+        return '%s (%d paired; %d needed for an interval)' % (text, ratio['n'], stats.MIN_FOR_INTERVAL)
+    return '%s [%+.1f%%, %+.1f%%]' % (text, 100.0 * (ratio['ci_low'] - 1.0), 100.0 * (ratio['ci_high'] - 1.0))
 
 
 def _interval(st: dict) -> str:
@@ -375,13 +434,14 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     unit = 'good tok/s' if slo else 'tok/s'
     if winner:
         lines.append(
-            '**Winner** at concurrency %d (what `apply` uses): **%s**, %.1f %s (95%% interval %s)%s.'
+            '**Winner** at concurrency %d (what `apply` uses): **%s**, %.1f %s (95%% interval %s)%s%s.'
             % (
                 decision['apply_concurrency'],
                 winner['label'],
                 winner['stats']['median'],
                 unit,
                 _interval(winner['stats']),
+                ', %s against the baseline, paired by host' % _ratio_text(winner['paired']) if winner['point']['algorithm'] and winner.get('paired') else '',
                 ', meeting the SLO for %s of its requests' % _percent(winner.get('attainment')) if slo else '',
             )
         )
@@ -397,23 +457,25 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         lines.append('## Concurrency %d' % concurrency)
         lines.append('')
         lines.append(
-            '| rank | point | tok/s (median) | 95% interval | IQR | accept length | mean TTFT (ms) | p99 TTFT (ms) '
-            '| mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |' + (' SLO attainment | good tok/s (median) | good tok/s 95% interval |' if slo else '')
+            '| rank | point | tok/s (median) | 95% interval | against the baseline, paired by host (95%) | IQR | accept length '
+            '| mean TTFT (ms) | p99 TTFT (ms) | mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |'
+            + (' SLO attainment | good tok/s (median) | good tok/s 95% interval | good tok/s against the baseline, paired |' if slo else '')
         )
-        lines.append('| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |' + (' ---: | ---: | --- |' if slo else ''))
+        lines.append('| ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |' + (' ---: | ---: | --- | --- |' if slo else ''))
         level_rows = [r for r in rows if r['concurrency'] == concurrency]
         level_rows.sort(key=lambda r: -(r['stats'].get('median') or -1.0))
         for number, row in enumerate(level_rows, 1):
             st = row['stats']
             mark = ' **(winner)**' if choice.get('winner') is not None and choice['winner']['id'] == row['id'] else ''
             lines.append(
-                '| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d%s |'
+                '| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d%s |'
                 % (
                     number if st else '-',
                     row['label'],
                     mark,
                     _fmt(st.get('median')),
                     _interval(st),
+                    _ratio_text(row.get('paired') or {}) if row['point']['algorithm'] else 'the reference',
                     _fmt(st.get('iqr')),
                     _fmt(row.get('accept_length'), 2),
                     _fmt(row.get('mean_ttft_ms')),
@@ -425,12 +487,13 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
                     ' (skipped)' if row.get('skipped') else '',
                 )
                 + (
-                    ' %s%s | %s | %s |'
+                    ' %s%s | %s | %s | %s |'
                     % (
                         _percent(row.get('attainment')),
                         '' if row.get('meets_slo') is not False else ' (violates)',
                         _fmt(row['good_stats'].get('median')),
                         _interval(row['good_stats']),
+                        _ratio_text(row.get('good_paired') or {}) if row['point']['algorithm'] else 'the reference',
                     )
                     if slo
                     else ''
@@ -524,32 +587,48 @@ def _verdict(choice: dict, concurrency: int, unit: str = 'tok/s') -> list[str]:
     if not winner:
         # Under an SLO, _slo_verdict says that nothing meets it.
         return ['Nothing was measured at this concurrency.'] if unit == 'tok/s' else []
-    if winner['stats'].get('ci_low') is None:
+    ranked_by = stats.compared(winner)
+    adjusted = ' host-adjusted (paired by host with the baseline)' if winner.get('paired_stats') else ''
+    if ranked_by.get('ci_low') is None:
         out = [
-            'Winner at concurrency %d: **%s**, the best median, %.1f %s (too few runs for an interval).'
-            % (concurrency, winner['label'], winner['stats']['median'], unit)
+            'Winner at concurrency %d: **%s**, the best median, %.1f %s%s (too few runs for an interval).'
+            % (concurrency, winner['label'], ranked_by['median'], unit, adjusted)
         ]
     else:
-        out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f %s.' % (concurrency, winner['label'], winner['stats']['ci_low'], unit)]
+        out = ['Winner at concurrency %d: **%s**, with the best lower bound, %.1f %s%s.' % (concurrency, winner['label'], ranked_by['ci_low'], unit, adjusted)]
     runner = choice.get('runner_up')
-    if runner is not None:
+    baseline = choice.get('baseline')
+    if runner is not None and runner is not baseline:
         if choice['distinct_from_runner_up'] is None:
             out.append(_cannot_tell('the runner-up, %s' % runner['label'], winner, runner))
         elif choice['distinct_from_runner_up']:
             out.append('It is distinguishable from the runner-up, %s (intervals do not overlap).' % runner['label'])
+        elif not winner['point']['algorithm'] and runner.get('paired'):
+            out.append(
+                'It is **not distinguishable** from the runner-up, %s: paired by host, the runner-up\'s change against it is %s, '
+                'which includes no change; more repeats would tell.' % (runner['label'], _ratio_text(runner['paired']))
+            )
         else:
             out.append(
                 'It is **not distinguishable** from the runner-up, %s: their intervals overlap (%s and %s); more repeats would tell.'
-                % (runner['label'], _interval(winner['stats']), _interval(runner['stats']))
+                % (runner['label'], _interval(ranked_by), _interval(stats.compared(runner)))
             )
-    baseline = choice.get('baseline')
-    if baseline is not None and baseline is not runner:
+    if baseline is not None:
+        paired = winner.get('paired') if winner.get('paired', {}).get('ci_low') is not None else None
+        which = 'the runner-up and ' if runner is baseline else ''
         if choice['distinct_from_baseline'] is None:
-            out.append(_cannot_tell('the baseline without speculation', winner, baseline))
+            out.append(_cannot_tell('%sthe baseline without speculation' % which, winner, baseline))
+        elif choice['distinct_from_baseline'] and paired:
+            out.append('It is distinguishable from %sthe baseline: paired by host, its %s against it: %s.' % (which, unit, _ratio_text(paired)))
         elif choice['distinct_from_baseline']:
-            out.append('It is distinguishable from the baseline (%s, %.1f tok/s).' % (_interval(baseline['stats']), baseline['stats']['median']))
+            out.append('It is distinguishable from %sthe baseline (%s, %.1f tok/s).' % (which, _interval(baseline['stats']), baseline['stats']['median']))
+        elif paired:
+            out.append(
+                'It is **not distinguishable** from %sthe baseline without speculation: paired by host, its %s against it: %s, '
+                'which includes no change.' % (which, unit, _ratio_text(paired))
+            )
         else:
-            out.append('It is **not distinguishable** from the baseline without speculation (%s).' % _interval(baseline['stats']))
+            out.append('It is **not distinguishable** from %sthe baseline without speculation (%s).' % (which, _interval(baseline['stats'])))
     if not winner['point']['algorithm']:
         out.append('No speculative point beats running without speculation at concurrency %d.' % concurrency)
     return out

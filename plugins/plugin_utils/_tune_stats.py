@@ -8,9 +8,16 @@
 """The sweep's statistics and its choice, and the arithmetic that says why the winner wins.
 
 Per point and concurrency level: median, interquartile range and a seeded bootstrap 95% interval of the median of
-output tok/s over the trials that measured (a benchmark run with any failed request is no measurement). The winner
-has the best lower bound of that interval; ties go to fewer draft tokens. The report says when its interval overlaps
-the runner-up's or the baseline's, that is when the measurements cannot tell them apart.
+output tok/s over the trials that measured (a benchmark run with any failed request is no measurement).
+
+Hosts differ (a fleet's hosts a few percent apart is common), and a point's repeats run on different hosts, so the
+comparisons are paired by host, a blocked design: every host measures the reference (the baseline of the point's
+environment), each measurement of a point is divided by its own host's reference, and Student's t on the log of
+those ratios gives their interval; times the reference's fleet median it reads in tok/s (host-adjusted). The winner
+has the best lower bound of the host-adjusted interval (of its own interval where it does not pair); ties go to
+fewer draft tokens. A speculative winner is told from the baseline when its ratio's interval excludes 1; two points
+are told apart when their host-adjusted intervals do not overlap. Fewer than MIN_FOR_INTERVAL measurements give no
+interval, and nothing is then told.
 
 The step arithmetic uses the usual chain model: a chain of ``k`` draft steps whose tokens are each accepted with
 probability ``p`` yields on average ``A = 1 + p + p^2 + ... + p^k`` tokens per verify cycle (the bonus token
@@ -70,19 +77,89 @@ def summarize(values: Sequence[float], seed: int) -> dict:
     return dict(n=len(values), median=statistics.median(values), q1=q1, q3=q3, iqr=q3 - q1, ci_low=low, ci_high=high)
 
 
+# Student's t, two-sided 95%, by degrees of freedom 1..30 (beyond: 1.96 + 2.5 / df, within 0.002 of the table).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def t_975(df: int) -> float:
+    return T_975[df - 1] if df <= len(T_975) else 1.96 + 2.5 / df
+
+
+def paired_ratio(pairs: Sequence[tuple[str, float]], reference: dict[str, list[float]]) -> dict:
+    """A point's measurements each divided by the reference measured on the same host: the blocked design.
+
+    ``pairs`` are the point's ``(host, value)``; ``reference`` maps a host to the reference's values there (the
+    baseline of the same environment and concurrency; their median is the divisor). A value from a host without a
+    positive reference is left out. Returns ``n`` (the values paired), ``median`` (the geometric mean of the
+    ratios) and, from MIN_FOR_INTERVAL pairs on, ``ci_low`` and ``ci_high``: Student's t interval of the mean log
+    ratio. Each ratio carries the noise of its own host's reference as well as its own, and hosts are independent,
+    so the ratios' spread is the comparison's noise; t, not a bootstrap, because a bootstrap of three to six values
+    gives intervals too narrow for their 95% (a point no better than the baseline would be told from it about one
+    sweep in eight with four repeats). An empty dict when nothing pairs.
+    """
+    ratios = []
+    for host, value in pairs:
+        divisor = statistics.median(reference[host]) if reference.get(host) else 0.0
+        if divisor > 0 and value > 0:
+            ratios.append(value / divisor)
+    return log_t_interval(ratios)
+
+
+def log_t_interval(values: Sequence[float]) -> dict:
+    """``n``, ``median`` (the geometric mean) and, from MIN_FOR_INTERVAL positive values on, the 95% Student's t
+    interval of the mean of their logs, back in their unit (``ci_low``, ``ci_high``); an empty dict without values."""
+    logs = [math.log(v) for v in values if v > 0]
+    if not logs:
+        return {}
+    centre = statistics.fmean(logs)
+    out: dict = dict(n=len(logs), median=math.exp(centre), ci_low=None, ci_high=None)
+    if len(logs) >= MIN_FOR_INTERVAL:
+        half = t_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        out.update(ci_low=math.exp(centre - half), ci_high=math.exp(centre + half))
+    return out
+
+
+def scaled(ratio: dict, scale: float | None) -> dict:
+    """A paired ratio in the reference's unit (times the reference's median over the fleet): host-adjusted figures."""
+    if not ratio or not scale:
+        return {}
+    return dict(
+        n=ratio['n'],
+        median=ratio['median'] * scale,
+        ci_low=None if ratio.get('ci_low') is None else ratio['ci_low'] * scale,
+        ci_high=None if ratio.get('ci_high') is None else ratio['ci_high'] * scale,
+    )
+
+
+def compared(row: dict) -> dict:
+    """The figures a row is ranked and compared by: host-adjusted (``paired_stats``) when it pairs with the reference,
+    else its own ``stats``."""
+    return row.get('paired_stats') or row['stats']
+
+
 def bound(stats: dict) -> float:
     """What a point is ranked by: the lower bound of its interval, or its median when it has too few runs for one."""
     return stats['ci_low'] if stats.get('ci_low') is not None else stats['median']
 
 
 def rank(rows: list[dict]) -> list[dict]:
-    """Rows (each with ``stats`` and ``draft_tokens``) that have measurements, best first.
+    """Rows (each with ``stats``, maybe ``paired_stats``, and ``draft_tokens``) that have measurements, best first.
 
-    Best lower bound of the interval first (the median of a point with too few runs for an interval); equal bounds go
-    to fewer draft tokens, then to the better median.
+    Best lower bound of the interval first (host-adjusted where the row pairs with the reference; the median of a
+    point with too few runs for an interval); equal bounds go to fewer draft tokens, then to the better median.
     """
     measured = [r for r in rows if r.get('stats')]
-    return sorted(measured, key=lambda r: (-round(bound(r['stats']), 6), r['draft_tokens'], -r['stats']['median']))
+    return sorted(measured, key=lambda r: (-round(bound(compared(r)), 6), r['draft_tokens'], -compared(r)['median']))
+
+
+def beats_reference(row: dict) -> bool | None:
+    """Whether a speculative row's paired interval against its reference excludes 1 (True: told apart, either way;
+    False: it includes 1); None when it has no paired interval."""
+    ratio = row.get('paired') or {}
+    if ratio.get('ci_low') is None:
+        return None
+    return ratio['ci_low'] > 1.0 or ratio['ci_high'] < 1.0
 
 
 def overlaps(a: dict, b: dict) -> bool | None:
@@ -108,13 +185,29 @@ def choose(rows: list[dict]) -> dict:
     runner = ranked[1] if len(ranked) > 1 else None
     baselines = [r for r in ranked if r['draft_tokens'] == 0 and r is not winner]
     baseline = baselines[0] if baselines else None
+    from_baseline = None
+    if baseline is not None:
+        # Paired: the winner's own ratio to the baseline, host by host; unpaired only where it does not pair.
+        from_baseline = beats_reference(winner)
+        if from_baseline is None:
+            from_baseline = distinct(winner['stats'], baseline['stats'])
+    from_runner = None
+    if runner is not None and runner is baseline:
+        from_runner = from_baseline
+    elif runner is not None:
+        if winner['draft_tokens'] == 0 and runner.get('paired'):
+            # The baseline leads: the runner-up's ratio to it says whether they differ.
+            from_runner = beats_reference(runner)
+        else:
+            from_runner = distinct(compared(winner), compared(runner))
     return dict(
         winner=winner,
         runner_up=runner,
         baseline=baseline,
         ranked=ranked,
-        distinct_from_runner_up=None if runner is None else distinct(winner['stats'], runner['stats']),
-        distinct_from_baseline=None if baseline is None else distinct(winner['stats'], baseline['stats']),
+        distinct_from_runner_up=from_runner,
+        distinct_from_baseline=from_baseline,
+        paired=bool(winner.get('paired')),
     )
 
 

@@ -44,19 +44,19 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
 
     out = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir)
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
-    assert 'seed 5: 7 points (baseline included) x 3 repeats = 21 trials on 4 hosts in 6 rounds' in out.stdout
+    assert 'seed 5: 7 points (baseline included) x 3 repeats + 1 of the baseline (every host measures it) = 22 trials on 4 hosts in 6 rounds' in out.stdout
     lines = progress_lines(out.stdout)
-    assert len(lines) == 21 and all('tok/s, accept length' in line for line in lines), lines
+    assert len(lines) == 22 and all('tok/s, accept length' in line for line in lines), lines
 
     found = read_run(run_dir)
     trials = found['trials']
-    assert len(trials) == 21 and all(t['status'] == 'ok' for t in trials), [t['reason'] for t in trials if t['status'] != 'ok']
-    # Each point's three repeats ran on three different hosts.
+    assert len(trials) == 22 and all(t['status'] == 'ok' for t in trials), [t['reason'] for t in trials if t['status'] != 'ok']
+    # Each point's three repeats ran on three different hosts; the baseline, the reference, on every host.
     hosts_of = defaultdict(set)
     for trial in trials:
         hosts_of[trial['point']].add(trial['host'])
-    assert len(hosts_of) == 7 and all(len(h) == 3 for h in hosts_of.values()), dict(hosts_of)
-    # The six rounds each give a host at most one trial, side by side (21 trials: some round has all four at work);
+    assert len(hosts_of) == 7 and all(len(h) == (4 if p.startswith('baseline') else 3) for p, h in hosts_of.items()), dict(hosts_of)
+    # The six rounds each give a host at most one trial, side by side (22 trials: some round has all four at work);
     # how much the hosts then overlap in time is the machine's business, printed by `make bench-tune`, not asserted.
     rounds = defaultdict(list)
     for trial in trials:
@@ -70,7 +70,9 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     assert sorted((r['point'], r['concurrency']) for r in found['rows']) == sorted((p['id'], str(c)) for p in points for c in (1, 4))
     for concurrency in (1, 4):
         assert winner_of(found['rows'], concurrency) == expected_optimum(points, concurrency)['id']
-    assert all(int(r['trials_measured']) == 3 and float(r['ci95_low_tok_s']) <= float(r['median_tok_s']) <= float(r['ci95_high_tok_s']) for r in found['rows'])
+    for r in found['rows']:
+        assert int(r['trials_measured']) == (4 if r['point'].startswith('baseline') else 3), r
+        assert float(r['ci95_low_tok_s']) <= float(r['median_tok_s']) <= float(r['ci95_high_tok_s']), r
 
     # The plot is a PNG matplotlib can read, of the size it was drawn.
     assert found['plot'][:8] == PNG_SIGNATURE
@@ -90,9 +92,9 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     # The same run directory again: nothing is measured twice, and the restored servers are left alone.
     again = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir)
     assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-2000:]
-    assert 'resuming: 21 trials already done' in again.stdout
+    assert 'resuming: 22 trials already done' in again.stdout
     assert progress_lines(again.stdout) == []
-    assert len(read_run(run_dir)['trials']) == 21
+    assert len(read_run(run_dir)['trials']) == 22
     assert pids(fleet) == restored
 
     # An interrupted sweep (here: its last three records gone) measures only what is missing.
@@ -101,8 +103,8 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
     missing = sorted(json.loads(line)['trial'] for line in lines[-3:])
     again = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir)
     assert again.returncode == 0, again.stdout[-5000:] + again.stderr[-2000:]
-    assert 'resuming: 18 trials already done' in again.stdout and len(progress_lines(again.stdout)) == 3
-    assert sorted(t['trial'] for t in read_run(run_dir)['trials'][18:]) == missing
+    assert 'resuming: 19 trials already done' in again.stdout and len(progress_lines(again.stdout)) == 3
+    assert sorted(t['trial'] for t in read_run(run_dir)['trials'][19:]) == missing
 
     # apply=true: the whole fleet serves the winner.
     applied = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir, '-e', 'apply=true')

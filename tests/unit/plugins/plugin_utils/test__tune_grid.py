@@ -175,14 +175,18 @@ def test_schedule_spreads_repeats_and_keeps_every_host_busy(steps, count, repeat
     hosts = ['node-%d' % n for n in range(count)]
     rounds = grid.schedule(points, hosts, repeats, seed=1)
     trials = [t for r in rounds for t in r.values()]
-    assert Counter(t['point'] for t in trials) == dict((p['id'], repeats) for p in points)
+    # the baseline (the reference the statistics pair trials with) once per host at least
+    wanted = dict((p['id'], repeats if p['algorithm'] else max(repeats, count)) for p in points)
+    assert Counter(t['point'] for t in trials) == wanted
     assert len(set(t['id'] for t in trials)) == len(trials)
     on = defaultdict(list)
     for r in rounds:
         for host, trial in r.items():
             on[trial['point']].append(host)
-    for placed in on.values():
-        assert len(set(placed)) == min(repeats, count), placed
+    for point, placed in on.items():
+        assert len(set(placed)) == min(wanted[point], count), placed
+    baseline = next(p['id'] for p in points if not p['algorithm'])
+    assert set(on[baseline]) == set(hosts)
     # every host in every round but the last
     assert all(len(r) == count for r in rounds[:-1]) and len(rounds) == -(-len(trials) // count)
 
