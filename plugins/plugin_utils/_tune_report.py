@@ -65,7 +65,7 @@ SUMMARY_COLUMNS = (
     'ci95_high_good_tok_s',
     'meets_slo',
     'paired_trials',
-    'paired_ratio_geomean',
+    'paired_ratio_median',
     'paired_ratio_ci95_low',
     'paired_ratio_ci95_high',
 )
@@ -107,7 +107,7 @@ def host_values(trials: list[dict], point: str, concurrency: int, figure: str) -
     return out
 
 
-def paired_with_reference(trials: list[dict], point: str, reference: str | None, concurrency: int, figure: str) -> tuple[dict, dict]:
+def paired_with_reference(trials: list[dict], point: str, reference: str | None, concurrency: int, figure: str, seed: int) -> tuple[dict, dict]:
     """The point's ratio to its reference host by host (stats.paired_ratio), and the same in the figure's unit (times
     the median over the hosts of the reference's per-host medians); two empty dicts without a reference."""
     if reference is None:
@@ -117,7 +117,7 @@ def paired_with_reference(trials: list[dict], point: str, reference: str | None,
         by_host.setdefault(host, []).append(value)
     if not by_host:
         return {}, {}
-    ratio = stats.paired_ratio(host_values(trials, point, concurrency, figure), by_host)
+    ratio = stats.paired_ratio(host_values(trials, point, concurrency, figure), by_host, seed)
     return ratio, stats.scaled(ratio, statistics.median(statistics.median(v) for v in by_host.values()))
 
 
@@ -178,9 +178,11 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
             good = [lv['good_output_throughput'] for lv in levels if isinstance(lv.get('good_output_throughput'), (int, float))]
             row['good_values'] = good
             row['good_stats'] = stats.summarize(good, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 1)
+            seed = (plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 2
             reference = references.get(point['environment'])
-            row['paired'], row['paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'output_throughput')
-            row['good_paired'], row['good_paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'good_output_throughput')
+            row['paired'], row['paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'output_throughput', seed)
+            good_pair = paired_with_reference(trials, point['id'], reference, concurrency, 'good_output_throughput', seed + 1)
+            row['good_paired'], row['good_paired_stats'] = good_pair
             row['attainment'] = attainment_of(trials, point['id'], concurrency)
             row['meets_slo'] = meets_slo(row, plan.get('slo'))
             if not point['algorithm']:

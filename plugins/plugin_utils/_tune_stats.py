@@ -12,8 +12,8 @@ output tok/s over the trials that measured (a benchmark run with any failed requ
 
 Hosts differ (a fleet's hosts a few percent apart is common), and a point's repeats run on different hosts, so the
 comparisons are paired by host, a blocked design: every host measures the reference (the baseline of the point's
-environment), each measurement of a point is divided by its own host's reference, and Student's t on the log of
-those ratios gives their interval; times the reference's fleet median it reads in tok/s (host-adjusted). The winner
+environment), each measurement of a point is divided by its own host's reference, and a bootstrap that redraws both
+gives the interval of the median ratio; times the reference's fleet median it reads in tok/s (host-adjusted). The winner
 has the best lower bound of the host-adjusted interval (of its own interval where it does not pair); ties go to
 fewer draft tokens. A speculative winner is told from the baseline when its ratio's interval excludes 1; two points
 are told apart when their host-adjusted intervals do not overlap. Fewer than MIN_FOR_INTERVAL measurements give no
@@ -77,46 +77,35 @@ def summarize(values: Sequence[float], seed: int) -> dict:
     return dict(n=len(values), median=statistics.median(values), q1=q1, q3=q3, iqr=q3 - q1, ci_low=low, ci_high=high)
 
 
-# Student's t, two-sided 95%, by degrees of freedom 1..30 (beyond: 1.96 + 2.5 / df, within 0.002 of the table).
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
-
-
-def t_975(df: int) -> float:
-    return T_975[df - 1] if df <= len(T_975) else 1.96 + 2.5 / df
-
-
-def paired_ratio(pairs: Sequence[tuple[str, float]], reference: dict[str, list[float]]) -> dict:
+def paired_ratio(
+    pairs: Sequence[tuple[str, float]], reference: dict[str, list[float]], seed: int, resamples: int = BOOTSTRAP_RESAMPLES, level: float = 0.95
+) -> dict:
     """A point's measurements each divided by the reference measured on the same host: the blocked design.
 
     ``pairs`` are the point's ``(host, value)``; ``reference`` maps a host to the reference's values there (the
     baseline of the same environment and concurrency; their median is the divisor). A value from a host without a
-    positive reference is left out. Returns ``n`` (the values paired), ``median`` (the geometric mean of the
-    ratios) and, from MIN_FOR_INTERVAL pairs on, ``ci_low`` and ``ci_high``: Student's t interval of the mean log
-    ratio. Each ratio carries the noise of its own host's reference as well as its own, and hosts are independent,
-    so the ratios' spread is the comparison's noise; t, not a bootstrap, because a bootstrap of three to six values
-    gives intervals too narrow for their 95% (a point no better than the baseline would be told from it about one
-    sweep in eight with four repeats). An empty dict when nothing pairs.
+    positive reference is left out. Returns ``n`` (the values paired), ``median`` (of the ratios) and, from
+    MIN_FOR_INTERVAL pairs on, ``ci_low`` and ``ci_high``: the seeded percentile bootstrap of the median ratio, the
+    same estimator as the unpaired interval, drawing in each resample the point's pairs and every host's reference
+    values, so that the interval carries the noise of both. An empty dict when nothing pairs.
     """
-    ratios = []
-    for host, value in pairs:
-        divisor = statistics.median(reference[host]) if reference.get(host) else 0.0
-        if divisor > 0 and value > 0:
-            ratios.append(value / divisor)
-    return log_t_interval(ratios)
-
-
-def log_t_interval(values: Sequence[float]) -> dict:
-    """``n``, ``median`` (the geometric mean) and, from MIN_FOR_INTERVAL positive values on, the 95% Student's t
-    interval of the mean of their logs, back in their unit (``ci_low``, ``ci_high``); an empty dict without values."""
-    logs = [math.log(v) for v in values if v > 0]
-    if not logs:
+    usable = [(h, float(v)) for h, v in pairs if reference.get(h) and statistics.median(reference[h]) > 0 and v > 0]
+    if not usable:
         return {}
-    centre = statistics.fmean(logs)
-    out: dict = dict(n=len(logs), median=math.exp(centre), ci_low=None, ci_high=None)
-    if len(logs) >= MIN_FOR_INTERVAL:
-        half = t_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        out.update(ci_low=math.exp(centre - half), ci_high=math.exp(centre + half))
+    divisor = dict((h, statistics.median(reference[h])) for h, _dummy in usable)
+    out: dict = dict(n=len(usable), median=statistics.median(v / divisor[h] for h, v in usable), ci_low=None, ci_high=None)
+    if len(usable) < MIN_FOR_INTERVAL:
+        return out
+    rng = random.Random(seed)
+    medians = []
+    for _dummy in range(resamples):
+        drawn = dict((h, statistics.median(rng.choice(reference[h]) for _other in reference[h])) for h in divisor)
+        ratios = [v / drawn[h] for h, v in (rng.choice(usable) for _other in usable) if drawn[h] > 0]
+        if ratios:
+            medians.append(statistics.median(ratios))
+    medians.sort()
+    tail = (1.0 - level) / 2.0
+    out.update(ci_low=quantile(medians, tail), ci_high=quantile(medians, 1.0 - tail))
     return out
 
 

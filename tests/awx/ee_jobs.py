@@ -178,7 +178,8 @@ def test_install_relaunch_status_and_a_refused_relaunch_in_the_ee(tmp_path, flee
         assert artifacts['tune_files'][name] == want, (name, artifacts['tune_files'][name])
     assert (run_dir / 'plot.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines()]
-    assert len(trials) == 3 and all(t['status'] == 'ok' for t in trials), trials
+    # two points once each, the baseline on both hosts (the reference each host's trials are paired with)
+    assert len(trials) == 4 and all(t['status'] == 'ok' for t in trials), trials
     assert artifacts['tune_seed'] == 3 and artifacts['tune_winner']['point'] in [t['point'] for t in trials], artifacts['tune_winner']
     assert artifacts['tune_report_md'] == (run_dir / 'report.md').read_text().rstrip('\n')
     # apply was not asked: both hosts serve 3 steps again, as before the sweep.

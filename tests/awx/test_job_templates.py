@@ -445,8 +445,8 @@ def test_relaunch_status_reset_jobs_and_bad_answers_touch_nothing(make_host, tmp
 
 # --- the tuning sweep's job template -----------------------------------------------------------------
 
-# A small grid (three points and the baseline, two repeats, on three hosts): the simulator's optimum at
-# concurrency 1 is 3 steps (tests/integration/tune_fleet.py).
+# A small grid (three points and the baseline, two repeats, on three hosts; the baseline on each host, 9 trials):
+# the simulator's optimum at concurrency 1 is 3 steps (tests/integration/tune_fleet.py).
 TUNE_ANSWERS = dict(
     algorithm=['EAGLE'],
     steps=['1', '3', '6'],
@@ -515,7 +515,7 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
             assert kept == dict(path=str(run_dir / name), size=len(data), checksum=hashlib.sha256(data).hexdigest()), (name, kept)
         assert (run_dir / 'plot.png').read_bytes()[:8] == PNG_SIGNATURE
         trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines()]
-        assert len(trials) == 8 and all(t['status'] == 'ok' for t in trials), trials
+        assert len(trials) == 9 and all(t['status'] == 'ok' for t in trials), trials
         # apply was false: every host serves what it served before (a fresh server, verified by the sweep).
         assert all(state(hvars)['config']['speculative']['num_steps'] == 2 and server_pid(hvars) for hvars in hosts.values())
 
@@ -523,14 +523,14 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         # measures nothing again; two runs per point give no interval, so apply=true applies nothing and says why.
         kept = launch(jobs / 'tune-apply', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='true'), hosts)
         assert kept.status == 'successful' and kept.rc == 0, kept.failures() or kept.stdout[-5000:]
-        assert 'resuming: 8 trials already done' in kept.stdout, kept.stdout[-5000:]
+        assert 'resuming: 9 trials already done' in kept.stdout, kept.stdout[-5000:]
         assert 'apply: nothing is applied, because' in ' '.join(kept.stdout.split()), kept.stdout[-5000:]
         assert all(state(hvars)['config']['speculative']['num_steps'] == 2 for hvars in hosts.values())
         # apply=force applies the winner all the same: the fleet serves it.
         applied = launch(jobs / 'tune-force', 'awx/tune.yml', dict(TUNE_ANSWERS, run_dir=str(run_dir), apply='force'), hosts)
         assert applied.status == 'successful' and applied.rc == 0, applied.failures() or applied.stdout[-5000:]
-        assert 'resuming: 8 trials already done' in applied.stdout, applied.stdout[-5000:]
-        assert len((run_dir / 'trials.jsonl').read_text().splitlines()) == 8
+        assert 'resuming: 9 trials already done' in applied.stdout, applied.stdout[-5000:]
+        assert len((run_dir / 'trials.jsonl').read_text().splitlines()) == 9
         assert applied.artifacts()['tune_winner']['point'] == artifacts['tune_winner']['point']
         best = next(p for p in plan['points'] if p['id'] == artifacts['tune_winner']['point'])
         for hvars in hosts.values():
