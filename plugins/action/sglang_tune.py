@@ -325,16 +325,19 @@ class ActionModule(ActionBase):
         recorded = store.load_trials(run_dir, plan)
         if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in run_files.DONE):
             return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
-        if plan['adaptive']:
-            why = store.adaptive_skip(plan, recorded, point)
-            if why:
-                if not self._task.check_mode:
-                    run_dir.append_line(
-                        run_files.TRIALS,
-                        dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why),
-                    )
-                display.display('skipped %s on %s: %s' % (trial['label'], host, why))
-                return dict(idle, trial=trial, reason=why, skipped=True)
+        # Every sweep: a draft model that accepts almost nothing is flagged after one trial, and no more of its
+        # algorithm is measured. With adaptive: points beyond the turn of their family's curve.
+        gate, why = 'acceptance', store.acceptance_skip(plan, recorded, point)
+        if why is None and plan['adaptive']:
+            gate, why = 'adaptive', store.adaptive_skip(plan, recorded, point)
+        if why:
+            if not self._task.check_mode:
+                run_dir.append_line(
+                    run_files.TRIALS,
+                    dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why, gate=gate),
+                )
+            display.display('skipped %s on %s: %s' % (trial['label'], host, why))
+            return dict(idle, trial=trial, reason=why, skipped=True)
         return dict(
             run=not self._task.check_mode,
             trial=trial,
@@ -428,6 +431,11 @@ class ActionModule(ActionBase):
         )
         files = dict((name, run_dir.file(name)) for name in (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT))
         lines = []
+        flags = store.draft_flags(plan, written['trials'])
+        for algorithm, flag in sorted(flags.items()):
+            # At the top of the verdict, and as a warning: the sweep measured the wrong thing for this algorithm.
+            lines.append('WARNING: %s' % store.draft_warning(algorithm, flag))
+            display.warning(store.draft_warning(algorithm, flag))
         for text in (run_dir.read(run_files.REPORT) or '').splitlines():
             if text.startswith(VERDICT_LINES):
                 lines.append(text.replace('**', ''))
@@ -461,6 +469,7 @@ class ActionModule(ActionBase):
             apply_refused=refused,
             apply_concurrency=decision['apply_concurrency'],
             trials=counts,
+            draft_flags=flags,
             timing=written['timing'],
             files=files,
             seed=plan['seed'],

@@ -15,7 +15,8 @@ description:
     directory O(run_dir), which holds the plan, the trials and the report.
   - V(plan) validates the whole grid before any host is touched (every point through the collection's copy of SGLang's
     speculative rules, strictly, as a relaunch checks it; every invalid point is listed and the task fails), adds the
-    baseline without speculation, and deals the trials (every point C(repeats) times) to the hosts in rounds, in
+    baseline without speculation, and deals the trials (every point C(repeats) times, the baseline also on every
+    host, the reference each host's trials are paired with) to the hosts in rounds, in
     an order drawn from C(seed) (drawn and printed when not given), a point's repeats on different hosts where the
     fleet allows. It writes C(plan.json) and C(grid.yml) (the effective grid, seed included). A run directory that
     holds a plan resumes it when the grid, seed and hosts are the same, and is refused otherwise.
@@ -23,7 +24,9 @@ description:
     SGLang version, one instance each), naming the host, the value and the reference host, and records in C(fleet.json) what each
     host ran before the first run of the sweep.
   - V(next) gives O(host) its trial of round O(round), or none (no trial left, finished by an earlier run, or skipped
-    by the adaptive sweep because the step arithmetic says it cannot win, recorded with the reason).
+    and recorded with the reason, because its algorithm's draft model accepted almost nothing in an earlier trial (an
+    accept length at or below 1.05 at the first concurrency level, on a fresh server, which says that the algorithm
+    does not match the draft model) or, with C(adaptive), because the step arithmetic says it cannot win).
   - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
   - V(report) writes C(summary.csv), C(report.md) and C(plot.png) and returns the winner per concurrency level and the
@@ -186,6 +189,12 @@ winners:
   returned: when operation is report
   type: dict
   sample: {'1': {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1}}
+draft_flags:
+  description: With V(report), per algorithm whose draft model accepted almost nothing, the trial that showed it
+    (C(trial), C(point), C(label), C(host), C(accept_length), C(concurrency)); no more of that algorithm was measured.
+  returned: when operation is report
+  type: dict
+  sample: {EAGLE3: {trial: 'EAGLE3-3-1-4@default#1', point: 'EAGLE3-3-1-4@default', label: EAGLE3 3/1/4, host: node-1, accept_length: 1.02, concurrency: 1}}
 files:
   description: With V(report), the report files.
   returned: when operation is report

@@ -248,6 +248,56 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     )
 
 
+# A speculative point whose first measured level accepts this little (tokens per verify cycle, the bonus token
+# included) runs a draft model that predicts almost nothing the target accepts: the wiring bug of an EAGLE-3 draft
+# run as EAGLE (or the reverse), or a draft for another model. NGRAM drafts from the prompt, with no model.
+MIN_ACCEPT_LENGTH = 1.05
+NO_DRAFT_MODEL = ('NGRAM',)
+
+
+def draft_flags(plan: dict, trials: list[dict]) -> dict[str, dict]:
+    """Algorithm -> the first trial (in the order recorded) whose first level accepted at most MIN_ACCEPT_LENGTH.
+
+    The first level is the one a fresh server measured alone (each trial starts a fresh server, and the accept
+    length is SGLang's average since it started): ``trial``, ``point``, ``label``, ``host``, ``accept_length`` and
+    ``concurrency``."""
+    points = dict((p['id'], p) for p in plan['points'])
+    flags: dict[str, dict] = {}
+    for trial in trials:
+        point = points.get(trial.get('point'))
+        if point is None or not point['algorithm'] or point['algorithm'] in NO_DRAFT_MODEL or point['algorithm'] in flags:
+            continue
+        if trial.get('status') not in ('ok', 'failed') or not trial.get('levels'):
+            continue
+        first = trial['levels'][0]
+        accept = first.get('accept_length')
+        if isinstance(accept, (int, float)) and not isinstance(accept, bool) and accept <= MIN_ACCEPT_LENGTH:
+            flags[point['algorithm']] = dict(
+                trial=trial['trial'],
+                point=point['id'],
+                label=label(point),
+                host=trial.get('host'),
+                accept_length=float(accept),
+                concurrency=first.get('concurrency'),
+            )
+    return flags
+
+
+def draft_warning(algorithm: str, flag: dict) -> str:
+    return (
+        'the draft model accepts almost nothing under %s: accept length %.2f at concurrency %s in trial %s (%s) on %s, at or '
+        'below %.2f; check the algorithm (EAGLE vs EAGLE3) and the draft model. No more of %s is measured.'
+        % (algorithm, flag['accept_length'], flag['concurrency'], flag['trial'], flag['label'], flag['host'], MIN_ACCEPT_LENGTH, algorithm)
+    )
+
+
+def acceptance_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
+    """Why ``point`` is not measured: a trial of its algorithm showed the draft model accepting almost nothing
+    (None: measure it)."""
+    flag = draft_flags(plan, trials).get(point.get('algorithm') or '')
+    return None if flag is None else draft_warning(point['algorithm'], flag)
+
+
 def apply_gate(choice: dict, slo: dict | None = None) -> str | None:
     """Why the winner of the level apply uses may not be applied (None: it may): it must meet the SLO when there is
     one, and be told from the baseline without speculation (or, when it is the baseline, from the runner-up), by
@@ -432,6 +482,8 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
             'output tokens of the requests that met the limits) among those that meet it.' % slo_text(slo)
         )
     lines += ['', 'Reproduce (same grid, same seed, a new run directory):', '', '```sh', plan['command'], '```', '']
+    for algorithm, flag in sorted(draft_flags(plan, trials).items()):
+        lines += ['**Warning: %s**' % draft_warning(algorithm, flag), '']
     winner = decision['apply']
     unit = 'good tok/s' if slo else 'tok/s'
     if winner:
@@ -514,7 +566,12 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         )
         lines.append('')
     lines += _why(fams, decision['apply_concurrency'])
-    skipped = [t for t in trials if t.get('status') == 'skipped']
+    gated = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') == 'acceptance']
+    if gated:
+        lines += ['## Skipped (the draft model accepts almost nothing)', '']
+        lines += ['- %s on %s' % (t['trial'], t.get('host')) for t in sorted(gated, key=lambda t: t['trial'])]
+        lines.append('')
+    skipped = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') != 'acceptance']
     if skipped:
         lines += ['## Skipped (adaptive)', '']
         seen = set()

@@ -48,6 +48,8 @@ PLOT = 'plot.png'
 OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
+# Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), or beyond the turn (adaptive).
+SKIP_GATES = ('acceptance', 'adaptive')
 # The figures of a benchmark level in a record, each a finite number >= 0 or null.
 LEVEL_FIGURES = (
     'output_throughput',
@@ -400,6 +402,8 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
         problems.append('status is %r, not one of %s' % (record.get('status'), ', '.join(STATUSES)))
     if record.get('reason') is not None and not isinstance(record.get('reason'), str):
         problems.append('reason is %r, not text' % (record.get('reason'),))
+    if record.get('gate') is not None and record.get('gate') not in SKIP_GATES:
+        problems.append('gate is %r, not one of %s' % (record.get('gate'), ', '.join(SKIP_GATES)))
     for key in ('span', 'benchmark_window'):
         window = record.get(key)
         if window is None:

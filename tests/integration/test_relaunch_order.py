@@ -68,18 +68,18 @@ def order(tmp_path: Path, inventory: Path, changed: list[str], *args: str) -> tu
 
 
 def test_the_rolling_play_takes_the_hosts_in_the_inventorys_order(tmp_path, inventory):
-    got, _ = order(tmp_path, inventory, HOSTS)
+    got = order(tmp_path, inventory, HOSTS)[0]
     assert got == HOSTS
 
 
 def test_only_the_changed_hosts_roll_still_in_order_under_a_target_pattern_and_a_limit(tmp_path, inventory):
-    got, _ = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'])
+    got = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'])[0]
     assert got == ['gpu-a', 'gpu-c', 'gpu-d']
-    got, _ = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'], '-e', 'target=gpu_servers:!gpu-a')
+    got = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'], '-e', 'target=gpu_servers:!gpu-a')[0]
     assert got == ['gpu-c', 'gpu-d']
-    got, _ = order(tmp_path, inventory, ['gpu-b', 'gpu-d'], '-e', 'target=gpu-d,gpu-b,gpu-c')
+    got = order(tmp_path, inventory, ['gpu-b', 'gpu-d'], '-e', 'target=gpu-d,gpu-b,gpu-c')[0]
     assert got == ['gpu-d', 'gpu-b']
-    got, _ = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'], '--limit', 'gpu-d:gpu-c')
+    got = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'], '--limit', 'gpu-d:gpu-c')[0]
     assert got == ['gpu-c', 'gpu-d']
 
 

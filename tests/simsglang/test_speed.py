@@ -190,3 +190,16 @@ def test_the_server_accepts_by_prompt_and_prefills_longer_with_steps(tmp_path, h
     # the prefill time the server accounts (modelled, not measured): 40 prompt tokens each, 1 + 0.5 x 4 times the target's
     prefill = get_json(server.port, "/v1/loads")["loads"][0]
     assert prefill["total_prefill_busy_us"] == pytest.approx(2 * 40 / 1000.0 * 3.0 * 1e6, rel=1e-3)
+
+
+def test_a_draft_model_run_by_the_wrong_algorithm_accepts_almost_nothing():
+    """draft_trained_for: the draft serves under either algorithm, but only its own accepts; NEXTN runs as EAGLE."""
+    wired = dict(draft_trained_for="EAGLE3")
+    right = model_for(dict(algorithm="EAGLE3", steps=3), wired).accept_length()
+    wrong = model_for(dict(algorithm="EAGLE", steps=3), wired).accept_length()
+    assert right == pytest.approx(model_for(dict(algorithm="EAGLE3", steps=3)).accept_length())
+    assert right > 2.0 and 1.0 < wrong <= 1.05, (right, wrong)
+    assert model_for(dict(algorithm="NEXTN", steps=3), dict(draft_trained_for="EAGLE")).accept_length() > 2.0
+    assert model_for(dict(algorithm="EAGLE", steps=3), dict(draft_trained_for="eagle3")).accept_length() <= 1.05
+    # without speculation nothing changes
+    assert model_for({}, wired).accept_length() == 1.0

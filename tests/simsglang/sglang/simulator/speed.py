@@ -42,7 +42,14 @@ DEFAULTS = {
     # What the prompt does (README.md, "Prompts and latency"); both off by default.
     "content_accept_gain": 0.0,  # r: a prompt's repetitiveness R moves the decay towards 1: d' = d + (1 - d) * r * R
     "spec_prefill_cost": 0.0,  # f: a speculative server's prefill takes (1 + f * k) times the target's alone
+    # A draft model wired to the wrong algorithm (an EAGLE-3 draft run as EAGLE, or the reverse): SGLang loads it
+    # and serves, but the draft's predictions are noise to the target, so almost nothing is accepted (the seeds'
+    # wiring bug, seen only as a 19% acceptance). null: the draft matches whatever algorithm runs it.
+    "draft_trained_for": None,  # EAGLE or EAGLE3: the algorithm the draft model was trained for
+    "mismatch_accept_p": 0.02,  # p when the running algorithm is not the draft's
 }
+# The EAGLE family's names (NEXTN runs as EAGLE).
+EAGLE_FAMILY = {"EAGLE": "EAGLE", "NEXTN": "EAGLE", "EAGLE3": "EAGLE3"}
 # Run-to-run and host-to-host variation (README.md, "Noise"); also keys of the simulator's configuration.
 NOISE_DEFAULTS = {
     "noise": 0.03,  # run-to-run: each busy period decodes at base speed * N(1, noise)
@@ -68,6 +75,10 @@ class SpeedModel(object):
     def __init__(self, params=None, algorithm=None, num_steps=None, eagle_topk=None, num_draft_tokens=None):
         merged = dict(DEFAULTS)
         merged.update({key: value for key, value in (params or {}).items() if key in DEFAULTS and value is not None})
+        trained = merged.get("draft_trained_for")
+        if algorithm is not None and trained and str(algorithm).upper() in EAGLE_FAMILY:
+            if EAGLE_FAMILY[str(algorithm).upper()] != EAGLE_FAMILY.get(str(trained).upper(), str(trained).upper()):
+                merged["accept_p"] = merged["mismatch_accept_p"]
         self.params = merged
         self.algorithm = algorithm
         self.enabled = algorithm is not None
