@@ -429,7 +429,8 @@ class ActionModule(ActionBase):
             )
             for c, ch in decision['per_level'].items()
         )
-        files = dict((name, run_dir.file(name)) for name in (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT))
+        names = (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT) + ((run_files.WINNER,) if written['winner_yaml'] else ())
+        files = dict((name, run_dir.file(name)) for name in names)
         lines = []
         flags = store.draft_flags(plan, written['trials'])
         for algorithm, flag in sorted(flags.items()):
@@ -470,6 +471,8 @@ class ActionModule(ActionBase):
             apply_concurrency=decision['apply_concurrency'],
             trials=counts,
             draft_flags=flags,
+            run_dir=run_dir.path,
+            winner_yaml=written['winner_yaml'],
             timing=written['timing'],
             files=files,
             seed=plan['seed'],

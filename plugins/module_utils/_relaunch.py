@@ -82,6 +82,8 @@ RESULTS = ('unchanged', 'started', 'relaunched', 'stopped', 'rolled back', 'fail
 # The fields of the trial option (a sweep's relaunch), each a short line of text.
 TRIAL_FIELDS = ('sweep', 'trial', 'label')
 TRIAL_FIELD_MAX = 4096
+# Where a configuration came from when not from the inventory (the origin option): one line of text.
+ORIGIN_MAX = 4096
 
 
 class SpecError(LaunchError):
@@ -558,6 +560,8 @@ class Relaunch:
         # A run's label (kept with what each instance ran before it) and the run to undo.
         self.run_label: str | None = params.get('run')
         self.undo: str | None = params.get('undo')
+        # Where the configuration comes from, when not from the inventory (a sweep's winner): kept with it.
+        self.origin: str | None = params.get('origin') or None
         self.left_alone: set = set()
 
     # ------------------------------------------------------------ validation
@@ -626,6 +630,8 @@ class Relaunch:
                 raise SpecError('trial.%s: %r contains a control character or is longer than %d characters' % (field, str(value)[:80], TRIAL_FIELD_MAX))
 
     def validate_run_labels(self) -> None:
+        if self.origin is not None and (CONTROL_RE.search(self.origin) or len(self.origin) > ORIGIN_MAX):
+            raise SpecError('origin: %r contains a control character or is longer than %d characters' % (self.origin[:80], ORIGIN_MAX))
         for field in ('run', 'undo'):
             value = self.params.get(field)
             if value is not None and not RUN_LABEL_RE.match(str(value)):
@@ -900,6 +906,7 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         config=None,
         previous=(old_state or {}).get('previous'),
         undo=undo_summary(old_state),
+        origin=origin_of(old_state),
         seconds_down=None,
         seconds_to_ready=None,
         stopped=None,
@@ -928,6 +935,15 @@ def public(spec: InstanceSpec, state: dict | None) -> dict:
     if state:
         out.update(pid=state.get('pid'), unit=state.get('unit'))
     return out
+
+
+def origin_of(state: dict | None) -> dict | None:
+    """Where the configuration the state records came from (``text``, ``recorded_at``), when a call with origin
+    recorded it for that very configuration; None otherwise (the inventory's, or another one since)."""
+    record = (state or {}).get('origin')
+    if not isinstance(record, dict) or not record.get('config_hash') or record.get('config_hash') != (state or {}).get('config_hash'):
+        return None
+    return dict(text=record.get('text'), recorded_at=record.get('recorded_at'))
 
 
 def undo_record(run: str | None, state: dict | None) -> dict | None:
@@ -1044,9 +1060,11 @@ class InstanceRun:
             result.update(public(spec, state), result='unchanged', previous=state.get('previous'), changed=marked)
             # Housekeeping, not a change of the server: its log, copied and truncated once it is too big.
             self.rotate_log(spec, running=True)
-            if state.get('relaunch'):
-                state.pop('relaunch')
+            recorded = self.record_origin(state)
+            if state.get('relaunch') or recorded:
+                state.pop('relaunch', None)
                 self.write(state)
+            result['origin'] = origin_of(state)
             return result
         result['changed'] = True
         before = (self.state or {}).get('config') if old_running else None
@@ -1064,6 +1082,7 @@ class InstanceRun:
             if not relaunch.trial:
                 # A trial is measured, not chosen: the last known good one stays what ran before the sweep.
                 self.record_good(spec, new_state)
+                self.record_origin(new_state)
         except LaunchError as exc:
             self.clock('rollback')
             result['message'] = str(exc)
@@ -1080,7 +1099,20 @@ class InstanceRun:
             self.state.pop('relaunch', None)
             self.state['last_window'] = result['window']
             self.write(self.state)
+        result['origin'] = origin_of(self.state)
         return result
+
+    def record_origin(self, state: dict) -> bool:
+        """With origin, record it with the configuration that now runs (whether it changed or not); True when the
+        state changed."""
+        origin = self.relaunch.origin
+        if origin is None or self.relaunch.trial:
+            return False
+        found = origin_of(state)
+        if found and found.get('text') == origin:
+            return False
+        state['origin'] = dict(text=origin, recorded_at=now(), config_hash=state.get('config_hash'))
+        return True
 
     def stop_only(self, action: str) -> dict:
         result = self.result
@@ -1207,6 +1239,10 @@ class InstanceRun:
             state['undo'] = undo
         if old.get('trial'):
             state['trial'] = old['trial']
+        if old.get('origin'):
+            # Kept with the configuration it was recorded for (origin_of compares them): a rollback or a restore
+            # that brings that configuration back brings its origin back with it.
+            state['origin'] = old['origin']
         self.rotate_log(spec, running=False)
         # The new server's lines begin here: a failure quotes them, not the old server's.
         offset = size(spec.log_file)

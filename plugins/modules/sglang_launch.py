@@ -344,6 +344,17 @@ options:
         it instead), or was not changed by it and does not run its last known good configuration; with
         O(state=stopped) or O(trial).
     type: str
+  origin:
+    description:
+      - Where this configuration comes from when it is not the inventory's, in words (C(playbooks/tune.yml) gives
+        the sweep's run directory and the winner when it applies one). It is kept in each instance's state with the
+        configuration that runs after the task (with or without a change), and returned as RV(instances[].origin)
+        while that configuration runs, in check mode too; C(playbooks/relaunch.yml) names the instances whose
+        running configuration a relaunch would replace, with where it came from. A later call without it leaves
+        the record, which then no longer matches what runs; a rollback or a restore to that configuration brings
+        it back. Ignored with O(trial).
+      - One line of text, at most 4096 characters; no secret belongs in it (it is returned and kept in the state).
+    type: str
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -553,6 +564,12 @@ instances:
         check mode; null when none.
       type: dict
       sample: null
+    origin:
+      description: Where the configuration the instance runs came from, when a task with O(origin) recorded it for
+        that configuration (C(text), C(recorded_at)); null when it is the inventory's (no such record, or another
+        configuration runs since).
+      type: dict
+      sample: {text: 'applied by gpufleet.sglang.tune from /srv/sweeps/s1: EAGLE3 3/1/4', recorded_at: '2026-12-01T10:02:11+0000'}
     rolled_back:
       description: Whether the instance was rolled back to its last known good configuration.
       type: bool
@@ -671,6 +688,7 @@ def main() -> None:
             ),
             run=dict(type='str'),
             undo=dict(type='str'),
+            origin=dict(type='str'),
         ),
         supports_check_mode=True,
     )

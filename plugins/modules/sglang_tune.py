@@ -29,8 +29,8 @@ description:
     does not match the draft model) or, with C(adaptive), because the step arithmetic says it cannot win).
   - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
-  - V(report) writes C(summary.csv), C(report.md) and C(plot.png) and returns the winner per concurrency level and the
-    one C(apply) uses.
+  - V(report) writes C(summary.csv), C(report.md), C(plot.png) and, when there is a winner, C(winner.yml) (the
+    group_vars snippet that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
   - V(release) gives up the run directory's lock at the end of the sweep.
   - The run directory is trusted only when no one else can write it. It is refused when it is a symbolic link, is not
     owned by the controller's user, is writable by its group or by others, or lies below a directory that someone
@@ -195,8 +195,19 @@ draft_flags:
   returned: when operation is report
   type: dict
   sample: {EAGLE3: {trial: 'EAGLE3-3-1-4@default#1', point: 'EAGLE3-3-1-4@default', label: EAGLE3 3/1/4, host: node-1, accept_length: 1.02, concurrency: 1}}
+run_dir:
+  description: With V(report), the run directory.
+  returned: when operation is report
+  type: str
+  sample: /var/tmp/sweep-1
+winner_yaml:
+  description: With V(report), the text of C(winner.yml), the group_vars snippet that keeps the winner
+    (C(sglang_server_speculative), and C(sglang_server_environment) for an environment variant); null without a winner.
+  returned: when operation is report
+  type: str
+  sample: "sglang_server_speculative:\n  algorithm: \"EAGLE3\"\n  num_steps: 2\n  eagle_topk: 1\n  num_draft_tokens: 3\n"
 files:
-  description: With V(report), the report files.
+  description: With V(report), the report files (C(winner.yml) too when there is a winner).
   returned: when operation is report
   type: dict
   sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
@@ -28,6 +29,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import
     PLOT,
     REPORT,
     SUMMARY,
+    WINNER,
     RunDir,
     read_trials,
 )
@@ -832,6 +834,49 @@ def timing(trials: list[dict]) -> dict:
     )
 
 
+def winner_yaml(plan: dict, fleet: dict, decision: dict) -> str | None:
+    """The group_vars snippet that keeps the winner apply uses (None without a winner): the speculative parameters
+    the role takes, the draft model the hosts ran, and the environment variant's variables when it has one. Scalars
+    are written as JSON, which YAML reads as they are."""
+    winner = decision.get('apply')
+    if not winner:
+        return None
+    point = winner['point']
+    drafts = sorted(set(str(h.get('draft_model_path')) for h in (fleet or {}).get('hosts', {}).values() if h.get('draft_model_path')))
+    told = decision.get('apply_refused')
+    lines = [
+        '# The winner of the speculative sweep %s (seed %s) at concurrency %d: %s, %.1f %s (median)%s.'
+        % (
+            plan['run_dir'],
+            plan['seed'],
+            decision['apply_concurrency'],
+            winner['label'],
+            winner['stats']['median'],
+            'good tok/s' if plan.get('slo') else 'tok/s',
+            ', %s against the baseline, paired by host' % _ratio_text(winner['paired']) if point['algorithm'] and winner.get('paired') else '',
+        ),
+        '# %s' % ('The measurements tell it apart (apply=true applies it).' if told is None else 'NOT told apart: %s.' % told),
+        '# To keep it, put these variables in the group_vars of the hosts the sweep ran on (for example',
+        '# group_vars/gpu_servers/speculative.yml): sglang_server_speculative replaces the inventory\'s, so that',
+        '# playbooks/relaunch.yml keeps the winner; until then relaunch.yml names the hosts that run it as drift.',
+    ]
+    if not point['algorithm']:
+        lines.append('sglang_server_speculative: {}')
+    else:
+        lines.append('sglang_server_speculative:')
+        lines.append('  algorithm: %s' % json.dumps(point['algorithm']))
+        if len(drafts) == 1:
+            lines.append('  draft_model_path: %s' % json.dumps(drafts[0]))
+        for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
+            lines.append('  %s: %s' % (key, json.dumps(point[key])))
+    variant = plan['environments'].get(point['environment']) or {}
+    if point['environment'] != DEFAULT_ENVIRONMENT and variant:
+        lines.append("# The winner's environment variant %s, on top of the inventory's own sglang_server_environment:" % json.dumps(point['environment']))
+        lines.append('sglang_server_environment:')
+        lines += ['  %s: %s' % (json.dumps(name), json.dumps(str(value))) for name, value in sorted(variant.items())]
+    return '\n'.join(lines) + '\n'
+
+
 def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
     """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints.
 
@@ -849,8 +894,14 @@ def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
             for item in fam['arithmetic']:
                 arithmetic[(item['id'], concurrency)] = item
     spent = timing(trials)
+    keep = winner_yaml(plan, fleet, decision)
+    if keep is not None:
+        run_dir.write(WINNER, keep)
     run_dir.write(SUMMARY, summary_csv(rows, decision, arithmetic))
-    run_dir.write(REPORT, report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent))
+    report = report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent)
+    if keep is not None:
+        report += '\n## To keep the winner\n\n`%s`, for the inventory\'s group_vars:\n\n```yaml\n%s```\n' % (run_dir.file(WINNER), keep)
+    run_dir.write(REPORT, report)
     title = title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed'])
     run_dir.write(PLOT, plot_png(rows, plan['apply_concurrency'], title))
-    return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level)
+    return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level, winner_yaml=keep)

@@ -44,8 +44,9 @@ LOCK = 'sweep.lock'
 SUMMARY = 'summary.csv'
 REPORT = 'report.md'
 PLOT = 'plot.png'
+WINNER = 'winner.yml'
 # What the sweep writes in its run directory (other names are left alone).
-OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT)
+OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
 # Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), or beyond the turn (adaptive).

@@ -138,6 +138,14 @@ CASES = [
     case('play', 'undo-not-a-label', ['undo', "'run; rm -rf /'"], extra=['-e', '{"undo": "run; rm -rf /"}']),
     case('play', 'undo-newline', ['undo', 'run\\nExecStartPre'], extra=['-e', '{"undo": "run\\nExecStartPre=/bin/true"}']),
     case('play', 'undo-with-steps', ['undo', 'cannot be combined with steps'], extra=['-e', 'undo=20261202T061530.123456Z', '-e', 'steps=3']),
+    # Where a configuration came from (tune.yml sets it on apply): one line, checked in the preflight like the rest.
+    case('launch', 'origin-newline', ['origin', 'contains a control character'], task=dict(origin='applied by x\nExecStartPre=/bin/true')),
+    case(
+        'play',
+        'origin-newline',
+        ['origin', 'contains a control character'],
+        extra=['-e', '{"sglang_server_origin": "applied by x\\nExecStartPre=/bin/true"}'],
+    ),
     # The serving host was started by relaunch.yml with nothing before it: the newest run has nothing to give back.
     case('play', 'undo-last-started-fresh', ['undo: ', 'started it where nothing ran before'], extra=['-e', 'undo=last']),
 ]

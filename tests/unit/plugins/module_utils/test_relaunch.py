@@ -133,6 +133,13 @@ BAD = {
         {},
         r"^trial.trial: 't\\n#1' contains a control character",
     ),
+    'an origin with a line break': (
+        [instance()],
+        dict(origin='applied by a sweep\nsecond line'),
+        {},
+        {},
+        r"^origin: 'applied by a sweep\\nsecond line' contains a control character",
+    ),
     'a port held out of sight': (
         [instance()],
         {},
@@ -416,3 +423,34 @@ def test_a_server_failure_reads_cause_first_and_the_module_message_keeps_the_exc
     assert first.startswith('RuntimeError: boom (the SGLang server a exited')
     assert first.endswith('[instance a: rolled back]; gpu_clean_timeout: GPU 1 is not clean [instance b: failed]')
     assert rest == 'last lines of /s/a.log that matter:\nTraceback\nRuntimeError: boom'
+
+
+ORIGIN = 'applied by gpufleet.sglang.tune from /runs/s1: EAGLE 3/1/4; to keep it, put /runs/s1/winner.yml in the inventory'
+
+
+def test_an_origin_is_kept_with_the_configuration_that_runs_and_reported_while_it_runs(fake_host, monkeypatch):
+    """A call with origin on an instance that runs that configuration already: the record is written (with the
+    configuration's hash), returned, and reported by a check-mode plan; the same call again writes nothing; a state
+    whose configuration has changed since no longer reports it."""
+    supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
+    monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: [self.run_one(self.specs[0])])
+    row = fake_host.relaunch([instance()], origin=ORIGIN).run()['instances'][0]
+    assert row['result'] == 'unchanged' and row['origin']['text'] == ORIGIN and supervisor.calls == []
+    stored = state_file(fake_host)
+    assert stored['origin']['config_hash'] == stored['config_hash'] and stored['origin']['text'] == ORIGIN
+    plan = fake_host.relaunch([instance()], check_mode=True).run()['instances'][0]
+    assert plan['origin'] == dict(text=ORIGIN, recorded_at=stored['origin']['recorded_at'])
+    again = fake_host.relaunch([instance()], origin=ORIGIN).run()
+    assert again['changed'] is False and state_file(fake_host)['origin'] == stored['origin']
+    # another configuration recorded since: the record stays, but says nothing about what runs
+    stored['config_hash'] = 'another'
+    assert relaunch.origin_of(stored) is None
+    assert relaunch.origin_of(dict(config_hash='x')) is None and relaunch.origin_of(None) is None
+    assert relaunch.origin_of(dict(config_hash='x', origin=dict(text='t', recorded_at='r', config_hash='x'))) == dict(text='t', recorded_at='r')
+
+
+def test_a_trial_records_no_origin(fake_host, monkeypatch):
+    recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
+    monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: [self.run_one(self.specs[0])])
+    fake_host.relaunch([instance()], origin=ORIGIN, trial=dict(sweep='/runs/s1', trial='t#1')).run()
+    assert 'origin' not in state_file(fake_host)
