@@ -115,9 +115,11 @@ bench-relaunch: bootstrap
 bench-roll: bootstrap
 	python tests/bench/roll.py --hosts 3 --clients 12
 
-# The same speculative sweep (tune.yml) on 4 simulated hosts and on 1 host, wall times and their ratio side by side.
+# The same speculative sweep (tune.yml) on 4 simulated hosts and on 1 host, wall times and their ratio side by side;
+# then the same grid measured in full and raced, trials and winners side by side.
 bench-tune: bootstrap
 	python tests/bench/tune_fleet_vs_one.py --hosts 4
+	python tests/bench/tune_grid_vs_racing.py --hosts 4 --repeats 6
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \

@@ -175,7 +175,7 @@ class ActionModule(ActionBase):
         if seed is None:
             seed = previous['seed'] if previous else random.SystemRandom().randrange(1, 10**6)
         plan = dict(expanded, seed=seed, hosts=sorted(hosts), run_dir=run_dir.path)
-        plan['schedule'] = grid_rules.schedule(plan['points'], plan['hosts'], plan['repeats'], seed, plan['adaptive'])
+        plan['schedule'] = grid_rules.schedule(plan['points'], plan['hosts'], plan['repeats'], seed, plan['adaptive'], plan.get('search') == 'racing')
         plan['fingerprint'] = grid_rules.fingerprint(plan)
         plan['command'] = reproduce_command(params['inventory'], run_dir.path)
         resumed = False
@@ -328,6 +328,8 @@ class ActionModule(ActionBase):
         # Every sweep: a draft model that accepts almost nothing is flagged after one trial, and no more of its
         # algorithm is measured. With adaptive: points beyond the turn of their family's curve.
         gate, why = 'acceptance', store.acceptance_skip(plan, recorded, point)
+        if why is None and plan.get('search') == 'racing':
+            gate, why = 'racing', store.racing_skip(plan, recorded, point)
         if why is None and plan['adaptive']:
             gate, why = 'adaptive', store.adaptive_skip(plan, recorded, point)
         if why:

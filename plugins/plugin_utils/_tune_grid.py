@@ -48,7 +48,13 @@ GRID_KEYS = (
     'apply',
     'apply_concurrency',
     'slo',
+    'search',
+    'max_trials',
 )
+# grid: every trial of the plan; racing: a point whose interval falls clear below the leader's stops being measured.
+SEARCHES = ('grid', 'racing')
+# Racing eliminates a point only from an interval, which takes this many runs (_tune_stats.MIN_FOR_INTERVAL).
+RACING_MIN_RUNS = 3
 BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name', 'dataset')
 DATASET_NAMES = ('random', 'random-ids') + _tune_dataset.FORMATS
 # The latency limits of an SLO (milliseconds, per request) and the client's --goodput name of each.
@@ -373,6 +379,19 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     seed = grid.get('seed')
     seed = None if seed in (None, '') else _whole('seed', seed, 0, problems)
     adaptive = _truth('adaptive', grid.get('adaptive', False), problems)
+    search = str(grid.get('search', 'grid')).strip().lower()
+    if search not in SEARCHES:
+        problems.append('search: %r is not one of %s' % (grid.get('search'), ', '.join(SEARCHES)))
+        search = 'grid'
+    max_trials = grid.get('max_trials')
+    max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, 1, problems)
+    if search == 'racing' and repeats <= RACING_MIN_RUNS:
+        problems.append(
+            'search: racing needs repeats above %d (a point is eliminated once %d runs give it an interval), got repeats %d'
+            % (RACING_MIN_RUNS, RACING_MIN_RUNS, repeats)
+        )
+    if max_trials is not None and search != 'racing':
+        problems.append('max_trials: %s is a budget of search: racing; the grid search measures every trial of its plan' % max_trials)
     # apply=force applies a winner that the measurements cannot tell from the baseline, loudly.
     apply_force = isinstance(grid.get('apply'), str) and grid['apply'].strip().lower() == 'force'
     apply = True if apply_force else _truth('apply', grid.get('apply', False), problems)
@@ -458,6 +477,8 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         apply_force=apply_force,
         apply_concurrency=apply_concurrency,
         slo=slo,
+        search=search,
+        max_trials=max_trials,
     )
 
 
@@ -466,7 +487,7 @@ def draft_count(point: dict) -> int:
     return int(point.get('num_draft_tokens') or 0)
 
 
-def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adaptive: bool = False) -> list[dict[str, dict]]:
+def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adaptive: bool = False, racing: bool = False) -> list[dict[str, dict]]:
     """Rounds of trials: each round maps a host to one trial ``{id, point, repeat}``.
 
     Every point gets ``repeats`` trials, each on the least loaded host that has not measured the point yet (ties
@@ -477,7 +498,8 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
     (a blocked design), so that the spread between hosts does not pass for a difference between points. Each host
     then runs its trials in an order drawn with ``seed``; with ``adaptive``, by speculative steps first (the baseline
     and short chains before the long ones, which the measurements may then show cannot win), drawn within a step
-    count.
+    count; with ``racing``, the baseline first, then by repeat (every point's first runs before any point's later
+    ones, so that the intervals that eliminate points come early).
     """
     rng = random.Random(seed)
     order = list(points)
@@ -486,7 +508,9 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
     queues: dict[str, list[dict]] = dict((h, []) for h in hosts)
     for point in order:
         used: set[str] = set()
-        for repeat in range(repeats if point.get('algorithm') else max(repeats, len(hosts))):
+        # The baseline: once per host at least; racing, which never stops it, measures it no more than that needs.
+        wanted = repeats if point.get('algorithm') else max(min(repeats, RACING_MIN_RUNS) if racing else repeats, len(hosts))
+        for repeat in range(wanted):
             if len(used) == len(hosts):
                 used = set()
             candidates = [h for h in hosts if h not in used]
@@ -499,11 +523,15 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
         rng.shuffle(queues[host])
         if adaptive:
             queues[host].sort(key=lambda t: t['steps'])  # stable: drawn within a step count
+        if racing:
+            queues[host].sort(key=lambda t: (t['steps'] > 0 or not t['point'].startswith('baseline'), t['repeat']))
     length = max((len(q) for q in queues.values()), default=0)
     return [dict((h, dict(id=q[i]['id'], point=q[i]['point'], repeat=q[i]['repeat'])) for h, q in sorted(queues.items()) if i < len(q)) for i in range(length)]
 
 
 FINGERPRINT_KEYS = ('points', 'environments', 'repeats', 'benchmark', 'seed', 'hosts', 'adaptive', 'sglang_version')
+# Part of the fingerprint only when they differ from these (a run directory planned before they existed keeps its own).
+FINGERPRINT_OPTIONAL = dict(search='grid', max_trials=None)
 
 
 def fingerprint(plan: dict) -> str:
@@ -514,4 +542,7 @@ def fingerprint(plan: dict) -> str:
     if plan.get('slo'):
         # Only when given, so that a run directory planned before SLOs existed keeps its fingerprint.
         keep['slo'] = plan['slo']
+    for key, default in FINGERPRINT_OPTIONAL.items():
+        if plan.get(key, default) != default:
+            keep[key] = plan[key]
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]

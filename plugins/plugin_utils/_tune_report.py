@@ -300,6 +300,54 @@ def acceptance_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     return None if flag is None else draft_warning(point['algorithm'], flag)
 
 
+def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
+    """Why the race measures ``point`` no more (None: measure it), from what is recorded so far, at the concurrency
+    apply uses.
+
+    The budget (``max_trials``) spent stops every point. The baseline is the reference every host's trials are
+    paired with: it is always measured. Another point is eliminated once its interval (host-adjusted where it
+    pairs) lies wholly below the leader's, or, under an SLO, once its runs violate it; the leader stops once every
+    other point is eliminated (the race is decided). A point with fewer than three runs has no interval and is
+    never eliminated.
+    """
+    done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
+    budget = plan.get('max_trials')
+    if budget is not None and done >= budget:
+        return 'the race\'s budget of %d trials (max_trials) is spent' % budget
+    if not point.get('algorithm'):
+        return None
+    concurrency = plan['apply_concurrency']
+    slo = plan.get('slo')
+    rows = [r for r in aggregate(plan, trials) if r['concurrency'] == concurrency]
+    mine = next((r for r in rows if r['id'] == point['id']), None)
+    if slo and mine is not None and mine.get('meets_slo') is False and mine['stats'].get('n', 0) >= stats.MIN_FOR_INTERVAL:
+        return 'eliminated by the race: its %d runs violate the SLO (%s of its requests met it)' % (mine['stats']['n'], _percent(mine.get('attainment')))
+    choice = choose_level(rows, slo)
+    leader = choice.get('winner')
+    if leader is None or mine is None:
+        return None
+    lead = stats.compared(leader)
+    if lead.get('ci_low') is None:
+        return None
+    contenders = [r for r in choice['ranked'] if r['id'] != leader['id']]
+    if leader['id'] == point['id']:
+        if contenders and all(stats.compared(r).get('ci_high') is not None and stats.compared(r)['ci_high'] < lead['ci_low'] for r in contenders):
+            pending = [r['label'] for r in rows if r['id'] != leader['id'] and not r['stats']]
+            if not pending:
+                return 'the race is decided at concurrency %d: %s is told apart from every other point' % (concurrency, leader['label'])
+        return None
+    ours = stats.compared(next((r for r in choice['ranked'] if r['id'] == point['id']), mine))
+    if ours.get('ci_high') is not None and ours['ci_high'] < lead['ci_low']:
+        return 'eliminated by the race at concurrency %d after %d runs: its interval ends at %.1f, below %.1f, the lower bound of the leader %s' % (
+            concurrency,
+            ours['n'],
+            ours['ci_high'],
+            lead['ci_low'],
+            leader['label'],
+        )
+    return None
+
+
 def apply_gate(choice: dict, slo: dict | None = None) -> str | None:
     """Why the winner of the level apply uses may not be applied (None: it may): it must meet the SLO when there is
     one, and be told from the baseline without speculation (or, when it is the baseline, from the runner-up), by
@@ -573,7 +621,21 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         lines += ['## Skipped (the draft model accepts almost nothing)', '']
         lines += ['- %s on %s' % (t['trial'], t.get('host')) for t in sorted(gated, key=lambda t: t['trial'])]
         lines.append('')
-    skipped = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') != 'acceptance']
+    raced = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') == 'racing']
+    if raced:
+        lines += ['## Not measured (racing)', '']
+        lines.append(
+            '%d of the plan\'s %d trials were not run: each point below stopped where the race says why.' % (len(raced), sum(len(r) for r in plan['schedule']))
+        )
+        lines.append('')
+        seen_race = set()
+        for trial in raced:
+            if trial['point'] not in seen_race:
+                seen_race.add(trial['point'])
+                left = sum(1 for t in raced if t['point'] == trial['point'])
+                lines.append('- %s (%d trial%s not run): %s' % (trial['point'], left, '' if left == 1 else 's', trial.get('reason')))
+        lines.append('')
+    skipped = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') not in ('acceptance', 'racing')]
     if skipped:
         lines += ['## Skipped (adaptive)', '']
         seen = set()

@@ -49,8 +49,9 @@ WINNER = 'winner.yml'
 OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
-# Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), or beyond the turn (adaptive).
-SKIP_GATES = ('acceptance', 'adaptive')
+# Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), beyond the turn (adaptive),
+# or eliminated by the race (search: racing).
+SKIP_GATES = ('acceptance', 'adaptive', 'racing')
 # The figures of a benchmark level in a record, each a finite number >= 0 or null.
 LEVEL_FIGURES = (
     'output_throughput',

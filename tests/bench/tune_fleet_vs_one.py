@@ -36,7 +36,8 @@ TARGET = 0.35
 STEPS = [1, 2, 3, 5, 8, 10]
 
 
-def sweep(root: Path, count: int, args: argparse.Namespace) -> dict:
+def sweep(root: Path, count: int, args: argparse.Namespace, steps: list | None = None, **grid_keys) -> dict:
+    """One tune.yml run on ``count`` fresh simulated hosts; ``grid_keys`` override the grid's (repeats, search...)."""
     hosts = [SimHost(root, 'node-%d' % n, gpu_count=1) for n in range(count)]
     config = dict(startup_seconds=args.startup, warmup_seconds=0.2)
     for host in hosts:
@@ -46,10 +47,13 @@ def sweep(root: Path, count: int, args: argparse.Namespace) -> dict:
     grid.write_text(
         json.dumps(
             dict(
-                steps=STEPS,
-                repeats=3,
-                seed=1,
-                benchmark=dict(input_len=64, output_len=args.output_len, num_prompts=args.num_prompts, concurrency=[1], warmup_requests=1),
+                dict(
+                    steps=steps or STEPS,
+                    repeats=3,
+                    seed=1,
+                    benchmark=dict(input_len=64, output_len=args.output_len, num_prompts=args.num_prompts, concurrency=[1], warmup_requests=1),
+                ),
+                **grid_keys,
             )
         )
     )
@@ -69,7 +73,9 @@ def sweep(root: Path, count: int, args: argparse.Namespace) -> dict:
             hosts=count,
             wall=wall,
             trials=len(trials),
-            failed=sum(1 for t in trials if t['status'] != 'ok'),
+            measured=sum(1 for t in trials if t['status'] in ('ok', 'failed')),
+            planned=sum(len(r) for r in plan['schedule']),
+            failed=sum(1 for t in trials if t['status'] == 'failed'),
             rounds=len(plan['schedule']),
             time_line=time_line,
             winner=winner,

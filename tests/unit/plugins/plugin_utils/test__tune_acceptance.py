@@ -85,7 +85,7 @@ def test_the_report_warns_at_the_top_and_lists_what_was_not_measured():
     assert '## Skipped (adaptive)\n\n- EAGLE-1-1-2@default: beyond\n' in text
 
 
-@pytest.mark.parametrize('gate, problem', [('acceptance', None), ('adaptive', None), ('bogus', "gate is 'bogus', not one of acceptance, adaptive")])
+@pytest.mark.parametrize('gate, problem', [('acceptance', None), ('adaptive', None), ('bogus', "gate is 'bogus', not one of acceptance, adaptive, racing")])
 def test_a_recorded_gate_is_one_the_sweep_writes(gate, problem):
     record = dict(trial=E3 + '#2', point=E3, repeat=2, host='c', round=1, status='skipped', reason='x', gate=gate)
     assert files.record_problems(record) == ([] if problem is None else [problem])

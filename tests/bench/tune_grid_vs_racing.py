@@ -1,0 +1,65 @@
+"""Benchmark: the same sweep as a full grid and as a race, side by side, in one run.
+
+    .venv/bin/python tests/bench/tune_grid_vs_racing.py [--hosts 4] [--repeats 6] [--startup 2] [--output-len 128]
+
+The same grid (EAGLE chains of 1, 2, 3, 5, 8 and 10 steps and the baseline, seed 1) runs through playbooks/tune.yml
+twice on the same simulated world (N fresh hosts each time, the same speed model, noise and host spread): once with
+`search: grid`, every planned trial measured, and once with `search: racing`, where a point stops being measured
+once its interval lies wholly below the leader's. It prints the trials planned and measured, the wall time and the
+winner of each, and the share of the grid's trials the race used, against issue 17's target (the same winner with
+at most 50% of the grid's trials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
+
+from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position
+from tune_fleet_vs_one import sweep  # noqa: E402  pylint: disable=wrong-import-position
+
+TARGET = 0.5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
+    parser.add_argument('--hosts', type=int, default=4, help='simulated hosts (default 4)')
+    parser.add_argument('--repeats', type=int, default=6, help='repeats per point, the most a race measures (default 6)')
+    parser.add_argument('--startup', type=float, default=2.0, help='simulated seconds to load the weights (default 2)')
+    parser.add_argument('--output-len', type=int, default=128, help='--random-output-len of each request (default 128)')
+    parser.add_argument('--num-prompts', type=int, default=4, help='--num-prompts per trial (default 4)')
+    args = parser.parse_args()
+    build_library()
+    root = Path(tempfile.mkdtemp(prefix='tune-race-bench-'))
+    try:
+        print('grid: EAGLE steps 1, 2, 3, 5, 8, 10 (topk 1) + baseline, %d repeats, seed 1, %d hosts' % (args.repeats, args.hosts), flush=True)
+        full = sweep(root / 'grid', args.hosts, args, repeats=args.repeats, search='grid')
+        race = sweep(root / 'racing', args.hosts, args, repeats=args.repeats, search='racing')
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    print('%-24s %12s %12s' % ('', 'grid', 'racing'))
+    print('%-24s %12d %12d' % ('trials planned', full['planned'], race['planned']))
+    print('%-24s %12d %12d' % ('trials measured', full['measured'], race['measured']))
+    print('%-24s %12.1f %12.1f' % ('wall time (s)', full['wall'], race['wall']))
+    print()
+    print('grid:   %s' % full['winner'])
+    print('racing: %s' % race['winner'])
+    share = race['measured'] / full['measured']
+    same = full['winner'].split(',')[0] == race['winner'].split(',')[0]
+    print()
+    verdict = 'met' if share <= TARGET else 'MISSED'
+    which = 'the same' if same else 'ANOTHER'
+    print("racing measured %.0f%% of the grid's trials (target <= %.0f%%: %s), %s winner" % (100 * share, 100 * TARGET, verdict, which))
+    if full['failed'] or race['failed']:
+        print('failed trials: %d in the grid, %d in the race' % (full['failed'], race['failed']))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,118 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""search: racing. The grid keys are checked with the rest; the schedule puts the baseline and every point's first
+runs first; a point is eliminated once its interval lies wholly below the leader's, the leader stops once the race
+is decided, the baseline is always measured, the budget stops everything; and on seeded simulated worlds the race
+reaches the full grid's winner with fewer trials. Cases as data."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
+
+DRAFT = '/models/eagle-draft'
+HOSTS = dict(h1=0.93, h2=0.96, h3=0.98, h4=1.00)
+# tok/s over the baseline's, per step count: 2 steps lead, 1 and 3 close behind, 6 and 10 far behind
+GAINS = {0: 1.0, 1: 1.03, 2: 1.06, 3: 1.02, 6: 0.80, 10: 0.65}
+
+
+def plan_of(search: str = 'racing', repeats: int = 6, seed: int = 3, **more) -> dict:
+    values = dict(steps=[1, 2, 3, 6, 10], repeats=repeats, seed=seed, search=search, benchmark=dict(concurrency=[1]), **more)
+    plan = dict(grid.expand(values, DRAFT), run_dir='/x', command='x', hosts=sorted(HOSTS))
+    plan['schedule'] = grid.schedule(plan['points'], plan['hosts'], repeats, seed, racing=search == 'racing')
+    return plan
+
+
+def measure(plan: dict, host: str, trial: dict, number: int, rng: random.Random) -> dict:
+    steps = dict((p['id'], p['num_steps'] or 0) for p in plan['points'])[trial['point']]
+    tok_s = 90.0 * GAINS[steps] * HOSTS[host] * (1.0 + rng.gauss(0.0, 0.01))
+    level = dict(concurrency=1, measured=True, output_throughput=tok_s, accept_length=2.0 if steps else None, completed=4, failed=0)
+    return dict(trial=trial['id'], point=trial['point'], repeat=trial['repeat'], host=host, round=number, status='ok', levels=[level])
+
+
+def sweep(plan: dict, seed: int) -> list[dict]:
+    """The rounds in order, each host asking before it runs (as op_next does), skipped trials recorded."""
+    rng = random.Random(seed)
+    points = dict((p['id'], p) for p in plan['points'])
+    trials: list[dict] = []
+    for number, host_round in enumerate(plan['schedule']):
+        for host, trial in sorted(host_round.items()):
+            why = report.racing_skip(plan, trials, points[trial['point']]) if plan['search'] == 'racing' else None
+            if why:
+                skipped = dict(trial=trial['id'], point=trial['point'], repeat=trial['repeat'], host=host, round=number, status='skipped')
+                trials.append(dict(skipped, reason=why, gate='racing'))
+            else:
+                trials.append(measure(plan, host, trial, number, rng))
+    return trials
+
+
+@pytest.mark.parametrize(
+    'values, problem',
+    [
+        (dict(search='bogus'), "search: 'bogus' is not one of grid, racing"),
+        (dict(search='racing', repeats=3), 'search: racing needs repeats above 3'),
+        (dict(max_trials=10), 'max_trials: 10 is a budget of search: racing'),
+        (dict(search='racing', repeats=5, max_trials=0), 'max_trials: 0 is out of range'),
+        (dict(search='racing', repeats=5, max_trials='many'), "max_trials: 'many'"),
+    ],
+)
+def test_the_racing_keys_are_checked_with_the_rest(values, problem):
+    with pytest.raises(grid.GridError) as info:
+        grid.expand(dict(steps=[2], **values), DRAFT)
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
+def test_the_racing_schedule_runs_the_baseline_and_every_first_run_first():
+    plan = plan_of()
+    for host in plan['hosts']:
+        queue = [r[host] for r in plan['schedule'] if host in r]
+        kinds = [(not t['point'].startswith('baseline'), t['repeat']) for t in queue]
+        assert kinds == sorted(kinds), queue
+
+
+def test_the_fingerprint_of_a_grid_search_is_as_before_and_racing_changes_it():
+    old = dict(plan_of('grid'))
+    old.pop('search')
+    old.pop('max_trials')
+    assert grid.fingerprint(old) == grid.fingerprint(plan_of('grid'))
+    assert grid.fingerprint(plan_of('racing')) != grid.fingerprint(dict(plan_of('racing'), search='grid'))
+
+
+def test_elimination_leader_baseline_and_budget():
+    plan = plan_of()
+    trials: list[dict] = []
+    # three runs of every point, on three hosts each (the baseline on all four)
+    rng = random.Random(2)
+    for number, host_round in enumerate(plan['schedule'][:6]):
+        for host, trial in host_round.items():
+            trials.append(measure(plan, host, trial, number, rng))
+    points = dict((p['id'], p) for p in plan['points'])
+    far = report.racing_skip(plan, trials, points['EAGLE-10-1-11@default'])
+    assert far is not None and far.startswith('eliminated by the race at concurrency 1 after') and 'the leader EAGLE 2/1/3' in far
+    assert report.racing_skip(plan, trials, points['baseline@default']) is None
+    spent = report.racing_skip(dict(plan, max_trials=len(trials)), trials, points['baseline@default'])
+    assert spent == "the race's budget of %d trials (max_trials) is spent" % len(trials)
+
+
+def test_racing_reaches_the_grids_winner_with_fewer_trials_on_seeded_worlds():
+    """Ten seeded worlds, six repeats: the race's winner is the full grid's in every one, on 53% of its trials in
+    the median world (at most 75%; the baseline, the reference, is always measured once per host and at least three
+    times); the two far points run at most four times (a host may start a fourth run of a point before the leader
+    has the three runs of an interval)."""
+    shares = []
+    for seed in range(10):
+        full_plan, race_plan = plan_of('grid', seed=seed), plan_of('racing', seed=seed)
+        full, race = sweep(full_plan, seed), sweep(race_plan, seed)
+        winner = dict((name, report.decide(p, report.aggregate(p, t))['apply']['id']) for name, p, t in (('full', full_plan, full), ('race', race_plan, race)))
+        assert winner['full'] == winner['race'] == 'EAGLE-2-1-3@default', (seed, winner)
+        ran = [t for t in race if t['status'] == 'ok']
+        shares.append(len(ran) / len(full))
+        for far in ('EAGLE-6-1-7@default', 'EAGLE-10-1-11@default'):
+            assert sum(1 for t in ran if t['point'] == far) <= 4, (seed, far)
+    assert statistics.median(shares) <= 0.6 and max(shares) <= 0.8, shares
