@@ -21,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'integration'))
 
-from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position
-from tune_fleet_vs_one import sweep  # noqa: E402  pylint: disable=wrong-import-position
+# tune_fleet_vs_one (through relaunch_fleet) puts the simulated GPU host's package on the path: first.
+from tune_fleet_vs_one import sweep  # noqa: E402  pylint: disable=wrong-import-position  # isort: skip
+from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position  # isort: skip
 
 TARGET = 0.5
 
