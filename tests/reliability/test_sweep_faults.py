@@ -170,7 +170,8 @@ def test_a_report_that_fails_restores_every_host_and_the_run_fails_naming_it(fle
     out = finish(proc, [])
     assert proc.returncode != 0, out[-5000:]
     assert 'the report failed: the report plot needs the Python package matplotlib' in out, out[-5000:]
-    assert sum(1 for line in out.splitlines() if line.startswith('trial ')) == 2
+    # 3 steps once, the baseline on both hosts (the reference each host's trials are paired with)
+    assert sum(1 for line in out.splitlines() if line.startswith('trial ')) == 3
     for name, server in two['servers'].items():
         restored(server)
         assert any(line.startswith('%s: serves EAGLE 2/1/3' % name) and 'verified' in line for line in summary(out)), summary(out)
