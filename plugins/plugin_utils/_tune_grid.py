@@ -53,8 +53,10 @@ GRID_KEYS = (
 )
 # grid: every trial of the plan; racing: a point whose interval falls clear below the leader's stops being measured.
 SEARCHES = ('grid', 'racing')
-# Racing eliminates a point only from an interval, which takes this many runs (_tune_stats.MIN_FOR_INTERVAL).
-RACING_MIN_RUNS = 3
+# Racing eliminates a point (for good) only after this many runs of it and of the leader. The interval of three runs
+# is their range, which holds the median 75% of the time: two equal points would be told apart, one by the other's
+# luck, once in 20 comparisons; with four, once in 70.
+RACING_MIN_RUNS = 4
 BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name', 'dataset')
 DATASET_NAMES = ('random', 'random-ids') + _tune_dataset.FORMATS
 # The latency limits of an SLO (milliseconds, per request) and the client's --goodput name of each.
@@ -387,7 +389,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, 1, problems)
     if search == 'racing' and repeats <= RACING_MIN_RUNS:
         problems.append(
-            'search: racing needs repeats above %d (a point is eliminated once %d runs give it an interval), got repeats %d'
+            'search: racing needs repeats above %d (a point is eliminated only after %d runs of it and of the leader), got repeats %d'
             % (RACING_MIN_RUNS, RACING_MIN_RUNS, repeats)
         )
     if max_trials is not None and search != 'racing':
@@ -508,7 +510,7 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
     queues: dict[str, list[dict]] = dict((h, []) for h in hosts)
     for point in order:
         used: set[str] = set()
-        # The baseline: once per host at least; racing, which never stops it, measures it no more than that needs.
+        # The baseline: once per host at least; racing, which never stops it, measures it as often as it eliminates.
         wanted = repeats if point.get('algorithm') else max(min(repeats, RACING_MIN_RUNS) if racing else repeats, len(hosts))
         for repeat in range(wanted):
             if len(used) == len(hosts):

@@ -21,7 +21,7 @@ import json
 import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, SLO_LIMITS, draft_count, label, slo_text
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
@@ -320,24 +320,28 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     slo = plan.get('slo')
     rows = [r for r in aggregate(plan, trials) if r['concurrency'] == concurrency]
     mine = next((r for r in rows if r['id'] == point['id']), None)
-    if slo and mine is not None and mine.get('meets_slo') is False and mine['stats'].get('n', 0) >= stats.MIN_FOR_INTERVAL:
+    if slo and mine is not None and mine.get('meets_slo') is False and mine['stats'].get('n', 0) >= RACING_MIN_RUNS:
         return 'eliminated by the race: its %d runs violate the SLO (%s of its requests met it)' % (mine['stats']['n'], _percent(mine.get('attainment')))
     choice = choose_level(rows, slo)
     leader = choice.get('winner')
     if leader is None or mine is None:
         return None
     lead = stats.compared(leader)
-    if lead.get('ci_low') is None:
+    if lead.get('ci_low') is None or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
         return None
     contenders = [r for r in choice['ranked'] if r['id'] != leader['id']]
     if leader['id'] == point['id']:
-        if contenders and all(stats.compared(r).get('ci_high') is not None and stats.compared(r)['ci_high'] < lead['ci_low'] for r in contenders):
+        if contenders and all(
+            r['stats'].get('n', 0) >= RACING_MIN_RUNS and stats.compared(r).get('ci_high') is not None and stats.compared(r)['ci_high'] < lead['ci_low']
+            for r in contenders
+        ):
             pending = [r['label'] for r in rows if r['id'] != leader['id'] and not r['stats']]
             if not pending:
                 return 'the race is decided at concurrency %d: %s is told apart from every other point' % (concurrency, leader['label'])
         return None
-    ours = stats.compared(next((r for r in choice['ranked'] if r['id'] == point['id']), mine))
-    if ours.get('ci_high') is not None and ours['ci_high'] < lead['ci_low']:
+    ranked = next((r for r in choice['ranked'] if r['id'] == point['id']), mine)
+    ours = stats.compared(ranked)
+    if ranked['stats'].get('n', 0) >= RACING_MIN_RUNS and ours.get('ci_high') is not None and ours['ci_high'] < lead['ci_low']:
         return 'eliminated by the race at concurrency %d after %d runs: its interval ends at %.1f, below %.1f, the lower bound of the leader %s' % (
             concurrency,
             ours['n'],

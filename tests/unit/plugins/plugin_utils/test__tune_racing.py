@@ -56,7 +56,7 @@ def sweep(plan: dict, seed: int) -> list[dict]:
     'values, problem',
     [
         (dict(search='bogus'), "search: 'bogus' is not one of grid, racing"),
-        (dict(search='racing', repeats=3), 'search: racing needs repeats above 3'),
+        (dict(search='racing', repeats=4), 'search: racing needs repeats above 4'),
         (dict(max_trials=10), 'max_trials: 10 is a budget of search: racing'),
         (dict(search='racing', repeats=5, max_trials=0), 'max_trials: 0 is out of range'),
         (dict(search='racing', repeats=5, max_trials='many'), "max_trials: 'many'"),
@@ -87,9 +87,9 @@ def test_the_fingerprint_of_a_grid_search_is_as_before_and_racing_changes_it():
 def test_elimination_leader_baseline_and_budget():
     plan = plan_of()
     trials: list[dict] = []
-    # three runs of every point, on three hosts each (the baseline on all four)
+    # four runs of every point, on four hosts each (the baseline on all four)
     rng = random.Random(2)
-    for number, host_round in enumerate(plan['schedule'][:6]):
+    for number, host_round in enumerate(plan['schedule'][:7]):
         for host, trial in host_round.items():
             trials.append(measure(plan, host, trial, number, rng))
     points = dict((p['id'], p) for p in plan['points'])
@@ -101,10 +101,10 @@ def test_elimination_leader_baseline_and_budget():
 
 
 def test_racing_reaches_the_grids_winner_with_fewer_trials_on_seeded_worlds():
-    """Ten seeded worlds, six repeats: the race's winner is the full grid's in every one, on 53% of its trials in
-    the median world (at most 75%; the baseline, the reference, is always measured once per host and at least three
-    times); the two far points run at most four times (a host may start a fourth run of a point before the leader
-    has the three runs of an interval)."""
+    """Ten seeded worlds, six repeats: the race's winner is the full grid's in every one, on 67% of its trials in
+    the median world (at most 83%; the least a race can use here, four runs of each point and of the baseline, is
+    67%); the two far points run at most five times (a host may start a fifth run of a point before the leader has
+    the four runs an elimination needs)."""
     shares = []
     for seed in range(10):
         full_plan, race_plan = plan_of('grid', seed=seed), plan_of('racing', seed=seed)
@@ -114,5 +114,5 @@ def test_racing_reaches_the_grids_winner_with_fewer_trials_on_seeded_worlds():
         ran = [t for t in race if t['status'] == 'ok']
         shares.append(len(ran) / len(full))
         for far in ('EAGLE-6-1-7@default', 'EAGLE-10-1-11@default'):
-            assert sum(1 for t in ran if t['point'] == far) <= 4, (seed, far)
-    assert statistics.median(shares) <= 0.6 and max(shares) <= 0.8, shares
+            assert sum(1 for t in ran if t['point'] == far) <= 5, (seed, far)
+    assert statistics.median(shares) <= 0.7 and max(shares) <= 0.85, shares
