@@ -95,7 +95,7 @@ GRIDS = [
     ('env-list-value', dict(environments=dict(v=dict(NCCL_ALGO=['Ring']))), [], ['environments.v.NCCL_ALGO: the value is not a string']),
     ('extra-var-repeat', {}, ['-e', 'repeat=10'], ['repeat: is not a grid key; did you mean repeats?']),
     ('grid-search-bogus', dict(search='bisect'), [], ["search: 'bisect' is not one of grid, racing"]),
-    ('grid-racing-3-repeats', dict(search='racing', repeats=3), [], ['search: racing needs repeats above 3']),
+    ('grid-racing-4-repeats', dict(search='racing', repeats=4), [], ['search: racing needs repeats above 4']),
     ('extra-var-max_trials-grid', {}, ['-e', 'max_trials=5'], ['max_trials: 5 is a budget of search: racing']),
     ('extra-var-stpes', {}, ['-e', 'stpes=[2]'], ['stpes: is not a grid key; did you mean steps?']),
     ('grid-extra_args', dict(extra_args={'cuda-graph-max-bs': 8}), [], ['extra_args: is not a grid key: the sweep varies speculative parameters']),
