@@ -508,8 +508,18 @@ def _cannot_tell(what: str, a: dict, b: dict) -> str:
 def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict) -> str:
     lines = ['# Speculative decoding sweep', '']
     lines.append(
-        'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts, %d rounds.'
-        % (plan['run_dir'], plan['seed'], len(plan['points']), plan['repeats'], len(plan['hosts']), len(plan['schedule']))
+        'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts (the baseline on every host), %d trials '
+        'in %d rounds%s.'
+        % (
+            plan['run_dir'],
+            plan['seed'],
+            len(plan['points']),
+            plan['repeats'],
+            len(plan['hosts']),
+            sum(len(r) for r in plan['schedule']),
+            len(plan['schedule']),
+            ', racing' if plan.get('search') == 'racing' else '',
+        )
     )
     bench = plan['benchmark']
     if bench.get('dataset'):
