@@ -36,10 +36,11 @@ TARGET = 0.35
 STEPS = [1, 2, 3, 5, 8, 10]
 
 
-def sweep(root: Path, count: int, args: argparse.Namespace, steps: list | None = None, **grid_keys) -> dict:
-    """One tune.yml run on ``count`` fresh simulated hosts; ``grid_keys`` override the grid's (repeats, search...)."""
+def sweep(root: Path, count: int, args: argparse.Namespace, steps: list | None = None, sim: dict | None = None, **grid_keys) -> dict:
+    """One tune.yml run on ``count`` fresh simulated hosts; ``sim`` adds to the simulator's configuration, ``grid_keys``
+    override the grid's (repeats, search...)."""
     hosts = [SimHost(root, 'node-%d' % n, gpu_count=1) for n in range(count)]
-    config = dict(startup_seconds=args.startup, warmup_seconds=0.2)
+    config = dict(dict(startup_seconds=args.startup, warmup_seconds=0.2), **(sim or {}))
     for host in hosts:
         (host.state_dir / 'simsglang.json').write_text(json.dumps(config))
     inventory = write_inventory(root / 'inventory.json', dict((h.name, host_vars(h, sglang_server_ready_timeout=args.startup * 4 + 60)) for h in hosts))
