@@ -25,6 +25,7 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _extra_vars as extra_vars
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
@@ -50,6 +51,7 @@ LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'durati
 # The lines of report.md the playbook prints.
 VERDICT_LINES = (
     '**Winner**',
+    '**At your SLO**',
     '**No winner**',
     'Winner at',
     'It is',
@@ -241,9 +243,17 @@ class ActionModule(ActionBase):
         lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
         for number, this_round in enumerate(plan['schedule']):
             lines.append('round %d: %s' % (number + 1, ', '.join('%s %s' % (h, t['id']) for h, t in sorted(this_round.items()))))
+        if plan.get('load_search'):
+            bounds = plan['load_search']
+            lines.append(
+                'load search: then, for %s and the baseline, the highest concurrency that meets the SLO between %d and %d, '
+                'at most %d more levels each (%d rounds)'
+                % (store.finalists_text(bounds['finalists']), bounds['min'], bounds['max'], bounds['max_levels'], load_search.rounds(plan))
+            )
         return dict(
             seed=seed,
             rounds=len(plan['schedule']),
+            load_rounds=load_search.rounds(plan),
             points=plan['points'],
             run_dir=run_dir.path,
             resumed=resumed,
@@ -314,6 +324,8 @@ class ActionModule(ActionBase):
         host = params['host'] or task_vars.get('inventory_hostname')
         number = params['round']
         idle = dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=run_files.now()))
+        if params['phase'] == load_search.PHASE:
+            return self.next_load(plan, host, number, run_dir, idle)
         if number is None or not 0 <= number < len(plan['schedule']):
             raise AnsibleActionFail('round: %r is not a round of this sweep (0 to %d)' % (number, len(plan['schedule']) - 1))
         entry = plan['schedule'][number].get(host)
@@ -327,6 +339,7 @@ class ActionModule(ActionBase):
             return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
         # Every sweep: a draft model that accepts almost nothing is flagged after one trial, and no more of its
         # algorithm is measured. With adaptive: points beyond the turn of their family's curve.
+        recorded = load_search.sweep_trials(recorded)
         gate, why = 'acceptance', store.acceptance_skip(plan, recorded, point)
         if why is None and plan.get('search') == 'racing':
             gate, why = 'racing', store.racing_skip(plan, recorded, point)
@@ -349,6 +362,48 @@ class ActionModule(ActionBase):
             reason=None,
         )
 
+    def next_load(self, plan: dict, host, number, run_dir: RunDir, idle: dict) -> dict:
+        """The host's step of the load search in load round ``number``: the next level of its search's point."""
+        if not plan.get('load_search'):
+            return dict(idle, reason='this sweep has no load search')
+        if number is None or not 0 <= number < load_search.rounds(plan):
+            raise AnsibleActionFail('round: %r is not a round of the load search (0 to %d)' % (number, load_search.rounds(plan) - 1))
+        slot = load_search.assignment(plan, host, number)
+        if slot is None:
+            return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
+        trials = store.load_trials(run_dir, plan)
+        rows = store.aggregate(plan, trials)
+        found = load_search.searches(plan, rows, store.decide(plan, rows))
+        if slot[0] >= len(found):
+            return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
+        search = found[slot[0]]
+        entry_id = load_search.trial_id(slot[0], slot[1])
+        trial = dict(
+            id=entry_id,
+            point=search['id'],
+            repeat=slot[1] + 1,
+            round=number,
+            host=host,
+            label=search['label'],
+            environment_name=search['point']['environment'],
+            phase=load_search.PHASE,
+        )
+        if entry_id in set(t['trial'] for t in trials if t.get('status') in run_files.DONE):
+            return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry_id)
+        state = load_search.outcome(plan, rows, trials, search)
+        if state['done']:
+            return dict(idle, trial=trial, reason='the load search of %s is done (%s)' % (search['label'], store.load_bracket_text(state)))
+        trial['concurrency'] = state['next']
+        display.display('load search of %s on %s: concurrency %d (%s)' % (search['label'], host, state['next'], store.load_bracket_text(state)))
+        return dict(
+            run=not self._task.check_mode,
+            trial=trial,
+            speculative=speculative_of(search['point']),
+            environment=plan['environments'][search['point']['environment']],
+            span=dict(start=run_files.now()),
+            reason=None,
+        )
+
     # -------------------------------------------------------------- record
 
     def op_record(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
@@ -365,6 +420,8 @@ class ActionModule(ActionBase):
             host=trial['host'],
             span=dict(start=(params.get('trial') or {}).get('span_start') or run_files.now(), end=run_files.now()),
         )
+        if trial.get('phase') == load_search.PHASE:
+            record['phase'] = load_search.PHASE
         instance = (launch.get('instances') or [{}])[0] if isinstance(launch.get('instances'), list) else {}
         record['launch'] = dict(
             result=instance.get('result') or ('failed' if launch.get('failed') else None),
@@ -397,7 +454,14 @@ class ActionModule(ActionBase):
         if not self._task.check_mode:
             run_dir.append_line(run_files.TRIALS, record)
         first = next((lv for lv in levels if lv.get('measured')), None)
-        line = 'trial %-26s round %-3d %-12s %s' % (trial.get('label'), trial['round'] + 1, trial['host'], 'FAILED: %s' % clip(reason, 200) if reason else '')
+        what = trial.get('label') if trial.get('phase') != load_search.PHASE else '%s at %s' % (trial.get('label'), trial.get('concurrency'))
+        line = '%s %-26s round %-3d %-12s %s' % (
+            'load' if trial.get('phase') == load_search.PHASE else 'trial',
+            what,
+            trial['round'] + 1,
+            trial['host'],
+            'FAILED: %s' % clip(reason, 200) if reason else '',
+        )
         if not reason and first:
             line += '%s tok/s, accept length %s (concurrency %s)' % (
                 '%.1f' % first['output_throughput'] if first.get('output_throughput') is not None else '-',
@@ -473,6 +537,18 @@ class ActionModule(ActionBase):
             apply_concurrency=decision['apply_concurrency'],
             trials=counts,
             draft_flags=flags,
+            load_search=[
+                dict(
+                    point=s['id'],
+                    label=s['label'],
+                    host=s['host'],
+                    highest=s['highest'],
+                    lowest_violating=s['lowest_violating'],
+                    good_tok_s=None if not s.get('at') or s['at'].get('good_tok_s') is None else round(s['at']['good_tok_s'], 2),
+                    done=s['done'],
+                )
+                for s in written['loads']
+            ],
             run_dir=run_dir.path,
             winner_yaml=written['winner_yaml'],
             timing=written['timing'],

@@ -27,6 +27,12 @@ description:
     and recorded with the reason, because its algorithm's draft model accepted almost nothing in an earlier trial (an
     accept length at or below 1.05 at the first concurrency level, on a fresh server, which says that the algorithm
     does not match the draft model) or, with C(adaptive), because the step arithmetic says it cannot win).
+  - V(next) with O(phase=load), once the rounds are done, gives O(host) its step of the load search of round O(round)
+    (grid key C(load_search), which needs an SLO), or none. Each finalist (the best points of the level C(apply) uses,
+    and the baseline) is searched on one host, the hosts taking the finalists in turn; each step measures one
+    concurrency level, chosen from what the sweep and the earlier steps measured of the point (the highest level that
+    meets the SLO and the lowest above it that does not, doubled, halved or bisected within C(min) and C(max)), until
+    the bracket is one request wide or C(max_levels) levels are spent.
   - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
   - V(report) writes C(summary.csv), C(report.md), C(plot.png) and, when there is a winner, C(winner.yml) (the
@@ -81,7 +87,8 @@ options:
         (C(input_len), C(output_len), C(num_prompts), C(concurrency), C(warmup_requests), C(range_ratio), C(timeout),
         C(dataset_name), C(dataset), a ShareGPT JSON or JSONL file of prompts on the controller), C(repeats), C(seed),
         C(adaptive), C(apply), C(apply_concurrency), C(run_dir), C(slo) (C(ttft_ms), C(tpot_ms), C(e2e_ms) per request
-        and C(attainment), the share of requests that must meet them, default 0.99).
+        and C(attainment), the share of requests that must meet them, default 0.99), C(search) (V(grid) or
+        V(racing)), C(max_trials), C(load_search) (C(min), C(max), C(max_levels), C(finalists)).
     type: dict
     default: {}
   hosts:
@@ -104,8 +111,13 @@ options:
     type: dict
     default: {}
   round:
-    description: With V(next), the round, from 0.
+    description: With V(next), the round, from 0 (of the sweep's rounds, or with O(phase=load) of the load search's).
     type: int
+  phase:
+    description: With V(next), the sweep's rounds or the load search that follows them.
+    type: str
+    choices: [sweep, load]
+    default: sweep
   host:
     description: With V(next), the host (default the task's host).
     type: str
@@ -163,6 +175,11 @@ rounds:
   returned: when operation is plan
   type: int
   sample: 4
+load_rounds:
+  description: With V(plan), the number of rounds of the load search (0 without C(load_search)).
+  returned: when operation is plan
+  type: int
+  sample: 8
 run:
   description: With V(next), whether the host runs a trial this round.
   returned: when operation is next
@@ -195,6 +212,14 @@ draft_flags:
   returned: when operation is report
   type: dict
   sample: {EAGLE3: {trial: 'EAGLE3-3-1-4@default#1', point: 'EAGLE3-3-1-4@default', label: EAGLE3 3/1/4, host: node-1, accept_length: 1.02, concurrency: 1}}
+load_search:
+  description: With V(report) and C(load_search), per finalist (the best first, the baseline last) the highest
+    concurrency found to meet the SLO (C(highest)), the lowest above it that does not (C(lowest_violating)), the good
+    output tok/s at C(highest), its host and whether its search ended (C(done)); empty without a load search.
+  returned: when operation is report
+  type: list
+  elements: dict
+  sample: [{point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, host: node-a, highest: 24, lowest_violating: 32, good_tok_s: 812.3, done: true}]
 run_dir:
   description: With V(report), the run directory.
   returned: when operation is report
@@ -225,6 +250,7 @@ ARGUMENT_SPEC = dict(
     inventory=dict(type='list', elements='str', default=[]),
     facts=dict(type='dict', default={}),
     round=dict(type='int'),
+    phase=dict(type='str', choices=['sweep', 'load'], default='sweep'),
     host=dict(type='str'),
     trial=dict(type='dict'),
     launch=dict(type='dict'),

@@ -50,6 +50,7 @@ GRID_KEYS = (
     'slo',
     'search',
     'max_trials',
+    'load_search',
 )
 # grid: every trial of the plan; racing: a point whose interval falls clear below the leader's stops being measured.
 SEARCHES = ('grid', 'racing')
@@ -57,6 +58,12 @@ SEARCHES = ('grid', 'racing')
 # is their range, which holds the median 75% of the time: two equal points would be told apart, one by the other's
 # luck, once in 20 comparisons; with four, once in 70.
 RACING_MIN_RUNS = 4
+# load_search: for the finalists, the largest concurrency that still meets the SLO, bracketed and bisected between
+# ``min`` and ``max`` with at most ``max_levels`` benchmark runs of one level each per finalist.
+LOAD_SEARCH_KEYS = ('min', 'max', 'max_levels', 'finalists')
+LOAD_SEARCH_DEFAULTS = dict(min=1, max=None, max_levels=4, finalists=2)
+# A --max-concurrency above this is no load search of one server but a typo.
+MAX_LOAD = 65536
 BENCHMARK_KEYS = ('input_len', 'output_len', 'num_prompts', 'concurrency', 'warmup_requests', 'range_ratio', 'timeout', 'dataset_name', 'dataset')
 DATASET_NAMES = ('random', 'random-ids') + _tune_dataset.FORMATS
 # The latency limits of an SLO (milliseconds, per request) and the client's --goodput name of each.
@@ -116,6 +123,7 @@ PLAYBOOK_VARS = (
     'slo_tpot_ms',
     'slo_e2e_ms',
     'slo_attainment',
+    'load_search_max',
 )
 
 
@@ -289,6 +297,48 @@ def slo_settings(value, problems: list[str]) -> dict | None:
     return out
 
 
+def load_search_settings(value, slo: dict | None, bench: dict, problems: list[str]) -> dict | None:
+    """The load search's bounds and budget (None without one). It needs an SLO (the load it looks for is the largest
+    that meets it) and a ``max`` the benchmark can fill (``num_prompts`` requests at least that many at once)."""
+    if value in (None, '', {}, False):
+        return None
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        # load_search: 64 (or -e load_search_max=64): the upper bound alone.
+        value = dict(max=value)
+    if not isinstance(value, dict):
+        problems.append('load_search: %r is not a mapping (load_search: {max: 64, max_levels: 4, finalists: 2})' % (value,))
+        return None
+    bad = len(problems)
+    for key in sorted(str(k) for k in value if k not in LOAD_SEARCH_KEYS):
+        problems.append(unknown_key('load_search.', key, LOAD_SEARCH_KEYS))
+    given = dict(LOAD_SEARCH_DEFAULTS)
+    given.update((k, v) for k, v in value.items() if k in LOAD_SEARCH_KEYS and v not in (None, ''))
+    if given['max'] is None:
+        problems.append('load_search.max: give the highest concurrency to try (load_search: {max: 64})')
+    out: dict[str, int] = {}
+    for key, minimum in (('min', 1), ('max', 1), ('max_levels', 1), ('finalists', 1)):
+        if given[key] is not None:
+            number = _whole('load_search.%s' % key, given[key], minimum, problems)
+            if number is not None:
+                out[key] = number
+    if len(problems) > bad:
+        return None
+    for key, highest in (('min', MAX_LOAD), ('max', MAX_LOAD), ('max_levels', 20), ('finalists', 10)):
+        if out[key] > highest:
+            problems.append('load_search.%s: %d is out of range; it must be at most %d' % (key, out[key], highest))
+    if out['max'] < out['min']:
+        problems.append('load_search.max: %d is below load_search.min %d' % (out['max'], out['min']))
+    prompts = bench.get('num_prompts')
+    if isinstance(prompts, int) and out['max'] > prompts:
+        problems.append(
+            'load_search.max: %d is more than benchmark.num_prompts %d; a benchmark of %d requests never has more than that many in flight'
+            % (out['max'], prompts, prompts)
+        )
+    if not slo:
+        problems.append('load_search: looks for the highest load that meets the SLO; give one (slo: {tpot_ms: 50})')
+    return None if len(problems) > bad else out
+
+
 def _amount(field: str, value, problems: list[str]) -> float | None:
     """A finite number from a number or its text (``-e`` gives text), else a problem."""
     if isinstance(value, bool):
@@ -385,6 +435,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     if search not in SEARCHES:
         problems.append('search: %r is not one of %s' % (grid.get('search'), ', '.join(SEARCHES)))
         search = 'grid'
+    load = load_search_settings(grid.get('load_search'), slo, bench, problems)
     max_trials = grid.get('max_trials')
     max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, 1, problems)
     if search == 'racing' and repeats <= RACING_MIN_RUNS:
@@ -481,6 +532,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         slo=slo,
         search=search,
         max_trials=max_trials,
+        load_search=load,
     )
 
 
@@ -533,7 +585,7 @@ def schedule(points: list[dict], hosts: list[str], repeats: int, seed: int, adap
 
 FINGERPRINT_KEYS = ('points', 'environments', 'repeats', 'benchmark', 'seed', 'hosts', 'adaptive', 'sglang_version')
 # Part of the fingerprint only when they differ from these (a run directory planned before they existed keeps its own).
-FINGERPRINT_OPTIONAL = dict(search='grid', max_trials=None)
+FINGERPRINT_OPTIONAL = dict(search='grid', max_trials=None, load_search=None)
 
 
 def fingerprint(plan: dict) -> str:

@@ -20,6 +20,7 @@ import io
 import json
 import statistics
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
@@ -150,7 +151,9 @@ def _mean(values: list) -> float | None:
 
 
 def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
-    """One row per point and concurrency level, with its statistics (empty when nothing measured)."""
+    """One row per point and concurrency level, with its statistics (empty when nothing measured); the load search's
+    single runs are not the sweep's and stay out."""
+    trials = load_search.sweep_trials(trials)
     rows = []
     skipped = dict((t['point'], t.get('reason')) for t in trials if t.get('status') == 'skipped')
     # The reference of each environment: its point without speculation, measured on every host (schedule).
@@ -265,7 +268,8 @@ def draft_flags(plan: dict, trials: list[dict]) -> dict[str, dict]:
     ``concurrency``."""
     points = dict((p['id'], p) for p in plan['points'])
     flags: dict[str, dict] = {}
-    for trial in trials:
+    # The load search's runs do not start a fresh server for each level: their accept length is no first level's.
+    for trial in load_search.sweep_trials(trials):
         point = points.get(trial.get('point'))
         if point is None or not point['algorithm'] or point['algorithm'] in NO_DRAFT_MODEL or point['algorithm'] in flags:
             continue
@@ -505,7 +509,7 @@ def _cannot_tell(what: str, a: dict, b: dict) -> str:
     )
 
 
-def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict) -> str:
+def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict, loads: list | None = None) -> str:
     lines = ['# Speculative decoding sweep', '']
     lines.append(
         'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts (the baseline on every host), %d trials '
@@ -570,6 +574,8 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         )
     else:
         lines.append('**No winner**: no point was measured at concurrency %d.' % decision['apply_concurrency'])
+    if loads:
+        lines += ['', load_headline(plan, loads)]
     lines.append('')
     for concurrency, choice in decision['per_level'].items():
         lines.append('## Concurrency %d' % concurrency)
@@ -630,6 +636,8 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         )
         lines.append('')
     lines += _why(fams, decision['apply_concurrency'])
+    if loads:
+        lines += load_section(plan, loads)
     gated = [t for t in trials if t.get('status') == 'skipped' and t.get('gate') == 'acceptance']
     if gated:
         lines += ['## Skipped (the draft model accepts almost nothing)', '']
@@ -681,6 +689,100 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
         lines.append('')
     lines.append('Files: `trials.jsonl` (every trial), `summary.csv` (one row per point and concurrency), `plot.png`.')
     return '\n'.join(lines) + '\n'
+
+
+def load_bracket_text(state: dict) -> str:
+    """``meets the SLO at 24, not at 32`` and the like, from a load search's outcome."""
+    lower, upper = state['highest'], state['lowest_violating']
+    if lower is None and upper is None:
+        return 'no level measured with the SLO'
+    if lower is None:
+        return 'no level tried meets the SLO, %d%s does not' % (upper, ' (the lowest allowed)' if upper <= state.get('min', upper) else '')
+    if upper is None:
+        return 'meets the SLO at %d%s' % (lower, ', the highest allowed' if state.get('at_bound') else ', nothing above it tried yet')
+    return 'meets the SLO at %d, not at %d' % (lower, upper)
+
+
+def _load_at(state: dict) -> str:
+    at = state.get('at') or {}
+    good = at.get('good_tok_s')
+    if at.get('source') == 'sweep':
+        where = 'the sweep\'s %d run%s' % (at.get('runs', 0), '' if at.get('runs') == 1 else 's')
+    else:
+        where = 'one run on %s' % at.get('host')
+    return '%d concurrent requests%s at %s good tok/s (%s)' % (
+        state['highest'],
+        ' (the most the search tries)' if state.get('at_bound') else '',
+        _fmt(good),
+        where,
+    )
+
+
+def finalists_text(count: int) -> str:
+    return 'the best point' if count == 1 else 'the %d best points' % count
+
+
+def load_headline(plan: dict, loads: list[dict]) -> str:
+    """The report's headline with a load search: how much load the best point holds within the SLO, against the
+    baseline."""
+    slo = slo_text(plan.get('slo'))
+    best = loads[0]
+    reference = next((s for s in loads if not s['point']['algorithm']), None)
+    if best['highest'] is None:
+        text = '**At your SLO** (%s), %s meets it at no load tried (%s)' % (slo, best['label'], load_bracket_text(best))
+    else:
+        text = '**At your SLO** (%s), %s serves %s%s' % (
+            slo,
+            best['label'],
+            _load_at(best),
+            '; %d do not meet it' % best['lowest_violating'] if best['lowest_violating'] is not None else '',
+        )
+    if reference is not None and reference is not best:
+        if reference['highest'] is None:
+            text += ', against no load that meets it for the %s (%s)' % (reference['label'], load_bracket_text(reference))
+        else:
+            text += ', against %s for the %s, without speculation' % (_load_at(reference), reference['label'])
+    more = [s for s in loads[1:] if s['point']['algorithm'] and s['highest'] is not None and (best['highest'] is None or s['highest'] > best['highest'])]
+    if more:
+        text += '. %s holds more load within the SLO: %s' % (more[0]['label'], _load_at(more[0]))
+    return text + '.'
+
+
+def load_section(plan: dict, loads: list[dict]) -> list[str]:
+    """The load search's table: per finalist, every level known, the bracket and the figures at its top."""
+    bounds = plan['load_search']
+    lines = ['## The highest load under the SLO', '']
+    lines.append(
+        'For %s at concurrency %d and the baseline, the highest `--max-concurrency` between %d and %d that meets the '
+        'SLO (%s): from the levels the sweep measured (all their runs pooled), the load is doubled while every level meets it, '
+        'halved while none does, and the bracket bisected, one benchmark run per level on the host named, at most %d levels a '
+        'point. A level measured once says less than the sweep\'s repeated ones: read the bracket, not the last request.'
+        % (finalists_text(bounds['finalists']), plan['apply_concurrency'], bounds['min'], bounds['max'], slo_text(plan.get('slo')), bounds['max_levels'])
+    )
+    lines += ['', '| point | host | highest that meets the SLO | lowest above it that does not | good tok/s there | levels (SLO attainment) | search |']
+    lines.append('| --- | --- | ---: | ---: | ---: | --- | --- |')
+    for state in loads:
+        known = ', '.join('%d: %s%s' % (lv['concurrency'], _percent(lv['attainment']), ' (sweep)' if lv['source'] == 'sweep' else '') for lv in state['levels'])
+        if state.get('stopped'):
+            how = 'stopped: %s' % state['stopped']
+        elif state['done']:
+            how = 'done, %d level%s' % (state['steps'], '' if state['steps'] == 1 else 's')
+        else:
+            how = 'not finished (%d level%s run; next would be %s)' % (state['steps'], '' if state['steps'] == 1 else 's', state['next'])
+        lines.append(
+            '| %s | %s | %s | %s | %s | %s | %s |'
+            % (
+                state['label'],
+                state['host'],
+                '-' if state['highest'] is None else state['highest'],
+                '-' if state['lowest_violating'] is None else state['lowest_violating'],
+                _fmt((state.get('at') or {}).get('good_tok_s')),
+                known or '-',
+                how,
+            )
+        )
+    lines.append('')
+    return lines
 
 
 def _percent(share) -> str:
@@ -974,10 +1076,11 @@ def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
     if keep is not None:
         run_dir.write(WINNER, keep)
     run_dir.write(SUMMARY, summary_csv(rows, decision, arithmetic))
-    report = report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent)
+    loads = [load_search.outcome(plan, rows, trials, s) for s in load_search.searches(plan, rows, decision)] if plan.get('load_search') else []
+    report = report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent, loads)
     if keep is not None:
         report += '\n## To keep the winner\n\n`%s`, for the inventory\'s group_vars:\n\n```yaml\n%s```\n' % (run_dir.file(WINNER), keep)
     run_dir.write(REPORT, report)
     title = title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed'])
     run_dir.write(PLOT, plot_png(rows, plan['apply_concurrency'], title))
-    return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level, winner_yaml=keep)
+    return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level, winner_yaml=keep, loads=loads)

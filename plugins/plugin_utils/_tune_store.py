@@ -32,6 +32,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
 import stat
 import time
@@ -453,7 +454,9 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
                     '%s: %.1f tok/s for %.1f s is more than %d requests of at most %d output tokens could produce'
                     % (where, tok_s, duration, completed, output_len)
                 )
-    if plan and not problems:
+    if plan and not problems and record.get('phase') is not None:
+        problems += _load_record_problems(record, plan)
+    elif plan and not problems:
         scheduled = dict((entry['id'], (host, entry)) for this_round in plan.get('schedule', []) for host, entry in this_round.items())
         known = scheduled.get(record['trial'])
         if known is None:
@@ -463,6 +466,34 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
             for key, want in (('host', host), ('point', entry['point']), ('repeat', entry['repeat'])):
                 if record.get(key) != want:
                     problems.append('%s is %r where the plan has %r for trial %s' % (key, record.get(key), want, record['trial']))
+    return problems
+
+
+# A run of the load search (_tune_load): search and step, both counted from 1.
+LOAD_TRIAL_RE = re.compile(r'^load:([1-9][0-9]{0,2}):([1-9][0-9]{0,2})$')
+
+
+def _load_record_problems(record: dict, plan: dict) -> list[str]:
+    """A record of the load search: one of its trials, of a point and a host of the plan, one level within its bounds
+    (the search is dealt to the hosts in turn, so the search's number gives its host)."""
+    bounds = plan.get('load_search')
+    if record.get('phase') != 'load' or not bounds:
+        return ['phase is %r, and this sweep has %s' % (record.get('phase'), 'a load search (phase load)' if bounds else 'no load search')]
+    match = LOAD_TRIAL_RE.match(record['trial'])
+    if not match or int(match.group(1)) > bounds['finalists'] + 1 or int(match.group(2)) > bounds['max_levels']:
+        return ['trial %r is not a run of the load search of this sweep' % record['trial']]
+    problems = []
+    hosts = plan.get('hosts') or []
+    if hosts and record['host'] != hosts[(int(match.group(1)) - 1) % len(hosts)]:
+        problems.append('host is %r where the load search %s runs on %r' % (record['host'], match.group(1), hosts[(int(match.group(1)) - 1) % len(hosts)]))
+    if record['point'] not in set(p['id'] for p in plan.get('points') or []):
+        problems.append('point %r is not a point of this sweep' % record['point'])
+    for level in record.get('levels') or []:
+        level_of = level.get('concurrency')
+        if level_of is not None and not bounds['min'] <= level_of <= bounds['max']:
+            problems.append('concurrency %r is outside the load search (%d to %d)' % (level_of, bounds['min'], bounds['max']))
+    if len(record.get('levels') or []) > 1:
+        problems.append('a run of the load search measures one level, this one has %d' % len(record['levels']))
     return problems
 
 
