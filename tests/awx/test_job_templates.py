@@ -161,6 +161,7 @@ def test_tune_survey_asks_for_the_grid_and_the_benchmark():
         slo_tpot_ms='float',
         slo_e2e_ms='float',
         slo_attainment='float',
+        load_search_max='integer',
         repeats='integer',
         seed='integer',
         adaptive='multiplechoice',
@@ -504,6 +505,8 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         assert artifacts['tune_seed'] == 5 and len(plan['points']) == 4
         assert artifacts['tune_winner']['point'] == expected_optimum(plan['points'], 1)['id'], artifacts['tune_winner']
         assert artifacts['tune_winners']['1']['point'] == artifacts['tune_winner']['point']
+        # No load search was asked for (Load search, highest concurrency unanswered).
+        assert artifacts['tune_load_search'] == [] and plan.get('load_search') is None
         rows = list(csv.DictReader(io.StringIO(artifacts['tune_summary_csv'])))
         assert sorted(r['point'] for r in rows) == sorted(p['id'] for p in plan['points'])
         assert artifacts['tune_summary_csv'] == (run_dir / 'summary.csv').read_text().rstrip('\n')

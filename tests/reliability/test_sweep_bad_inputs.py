@@ -112,6 +112,18 @@ GRIDS = [
     ('slo-no-limit', dict(slo=dict(attainment=0.9)), [], ['slo: give at least one limit (ttft_ms, tpot_ms, e2e_ms)']),
     ('slo-not-a-mapping', dict(slo=[500]), [], ['slo: [500] is not a mapping']),
     ('dataset-name-without-file', dict(benchmark=dict(BENCHMARK, dataset_name='sharegpt')), [], ['benchmark.dataset_name: sharegpt reads a local file']),
+    ('load-search-without-slo', dict(load_search=dict(max=4)), [], ['load_search: looks for the highest load that meets the SLO; give one']),
+    (
+        'load-search-beyond-prompts',
+        dict(slo=dict(ttft_ms=500), load_search=dict(max=10**6, max_levels=-1, finalist=2)),
+        [],
+        [
+            'load_search.finalist: is not a grid key; did you mean load_search.finalists?',
+            'load_search.max_levels: -1 is out of range; it must be at least 1',
+        ],
+    ),
+    ('load-search-max-prompts', dict(slo=dict(ttft_ms=500), load_search=dict(max=64)), [], ['load_search.max: 64 is more than benchmark.num_prompts']),
+    ('extra-var-load_search_max-text', {}, ['-e', 'slo={"ttft_ms": 500}', '-e', 'load_search=lots'], ["load_search.max: 'lots' is not a whole number"]),
 ]
 
 
