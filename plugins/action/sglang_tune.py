@@ -558,6 +558,37 @@ class ActionModule(ActionBase):
             generated_at=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
         )
 
+    # -------------------------------------------------------------- canary
+
+    def op_canary(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
+        """Judge the winner on the canary host from its benchmark there, before the other hosts get it; the verdict
+        is kept in canary.json and added to report.md."""
+        if self._task.check_mode:
+            return dict(ok=True, reason=None, msg='check mode: no canary was measured')
+        plan = load_plan(run_dir)
+        host = params['host'] or task_vars.get('inventory_hostname')
+        winner = (params['trial'] or {}).get('point')
+        if winner not in set(p['id'] for p in plan['points']):
+            raise AnsibleActionFail('trial: the canary needs the winner of the report (its point), got %r' % (winner,))
+        bench = params['benchmark'] or {}
+        levels = [lv for lv in bench.get('levels') or [] if lv.get('concurrency') == plan['apply_concurrency']]
+        level = None
+        if levels:
+            level = dict((k, levels[0].get(k)) for k in LEVEL_KEYS + run_files.LEVEL_FIGURES)
+        elif bench.get('msg'):
+            level = dict(measured=False, error=clip(bench['msg']))
+        verdict = store.canary_verdict(plan, store.load_trials(run_dir, plan), str(winner), str(host), level)
+        line = store.canary_text(verdict)
+        run_dir.write(run_files.CANARY, json.dumps(dict(verdict, recorded_at=run_files.now()), indent=1, sort_keys=True))
+        report = run_dir.read(run_files.REPORT)
+        if report is not None:
+            run_dir.write(run_files.REPORT, report + '\n## Canary\n\n%s.\n' % line)
+        if verdict['ok']:
+            display.display(line)
+        else:
+            display.warning(line)
+        return dict(ok=verdict['ok'], reason=verdict['reason'], verdict=verdict, msg=line, changed=True)
+
     # -------------------------------------------------------------- release
 
     def op_release(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:

@@ -37,6 +37,11 @@ description:
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
   - V(report) writes C(summary.csv), C(report.md), C(plot.png) and, when there is a winner, C(winner.yml) (the
     group_vars snippet that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
+  - V(canary) judges the winner on the canary host, the first host it is applied to, from the registered result of
+    M(gpufleet.sglang.sglang_benchmark) at the concurrency C(apply) uses (O(benchmark)): it holds when every request
+    finished, the SLO is met when there is one, and its tok/s (good tok/s with an SLO) reach 90% of the lower bound
+    of what the sweep measured of the winner (on that host where it measured it there). The verdict goes to
+    C(canary.json) and the end of C(report.md); the other hosts get the winner only when it holds.
   - V(release) gives up the run directory's lock at the end of the sweep.
   - The run directory is trusted only when no one else can write it. It is refused when it is a symbolic link, is not
     owned by the controller's user, is writable by its group or by others, or lies below a directory that someone
@@ -73,7 +78,7 @@ options:
     description: What to do; see the description.
     type: str
     required: true
-    choices: [plan, fleet, next, record, report, release]
+    choices: [plan, fleet, next, record, report, canary, release]
   run_dir:
     description:
       - The run directory on the controller, created with mode C(0700) by V(plan). Required by every operation but
@@ -119,16 +124,18 @@ options:
     choices: [sweep, load]
     default: sweep
   host:
-    description: With V(next), the host (default the task's host).
+    description: With V(next) and V(canary), the host (default the task's host).
     type: str
   trial:
-    description: With V(record), the C(trial) that V(next) returned, with C(span_start).
+    description: With V(record), the C(trial) that V(next) returned, with C(span_start); with V(canary), the winner
+      of V(report) (its C(point)).
     type: dict
   launch:
     description: With V(record), the registered result of M(gpufleet.sglang.sglang_launch) for the trial.
     type: dict
   benchmark:
-    description: With V(record), the registered result of M(gpufleet.sglang.sglang_benchmark) for the trial.
+    description: With V(record) and V(canary), the registered result of M(gpufleet.sglang.sglang_benchmark) for the
+      trial, or for the winner on the canary.
     type: dict
 requirements:
   - matplotlib on the controller for the plot of V(report).
@@ -231,6 +238,17 @@ winner_yaml:
   returned: when operation is report
   type: str
   sample: "sglang_server_speculative:\n  algorithm: \"EAGLE3\"\n  num_steps: 2\n  eagle_topk: 1\n  num_draft_tokens: 3\n"
+ok:
+  description: With V(canary), whether the winner holds on the canary host.
+  returned: when operation is canary
+  type: bool
+  sample: true
+reason:
+  description: With V(canary), why the winner does not hold on the canary (null when it holds); with V(record), why
+    the trial failed.
+  returned: when operation is canary or record
+  type: str
+  sample: "it does not meet the SLO (TTFT <= 500 ms for 99% of requests) at concurrency 8: 91.0% of its requests met it"
 files:
   description: With V(report), the report files (C(winner.yml) too when there is a winner).
   returned: when operation is report
@@ -242,7 +260,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 # The action plugin's argument spec: the action imports it from here, where the documentation checks read it.
 ARGUMENT_SPEC = dict(
-    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report', 'release']),
+    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report', 'canary', 'release']),
     run_dir=dict(type='path'),
     grid=dict(type='dict', default={}),
     hosts=dict(type='list', elements='str', default=[]),

@@ -1012,6 +1012,79 @@ def timing(trials: list[dict]) -> dict:
     )
 
 
+# The canary's own run of the winner may fall this far below what the sweep measured of it (its lower bound, on
+# this host where it was measured here) before the roll stops: the spread of a healthy host is a few percent; a
+# canary this much slower serves something other than what won.
+CANARY_FLOOR = 0.9
+
+
+def canary_verdict(plan: dict, trials: list[dict], winner_id: str, host: str, level: dict | None) -> dict:
+    """Whether the winner holds on the canary host: ``ok``, ``reason`` (None when it holds) and the figures.
+
+    The canary's one run at ``apply_concurrency`` must finish every request, meet the SLO when there is one (its
+    attainment at least the target), and reach ``CANARY_FLOOR`` of what the sweep measured of the winner: the lower
+    bound of its runs on this host, or of all its runs where this host did not measure it (tok/s, good tok/s with an
+    SLO)."""
+    slo = plan.get('slo')
+    figure = 'good_output_throughput' if slo else 'output_throughput'
+    concurrency = plan['apply_concurrency']
+    measured = [v for h, v in host_values(load_search.sweep_trials(trials), winner_id, concurrency, figure)]
+    here = [v for h, v in host_values(load_search.sweep_trials(trials), winner_id, concurrency, figure) if h == host]
+    reference = stats.summarize(here or measured, seed=plan.get('seed') or 0)
+    expected = None if not reference else bound_of(reference)
+    point = next((p for p in plan['points'] if p['id'] == winner_id), None)
+    out = dict(
+        ok=False,
+        host=host,
+        point=winner_id,
+        label=label(point) if point else winner_id,
+        concurrency=concurrency,
+        figure=figure,
+        expected=expected,
+        floor=CANARY_FLOOR,
+        level=level,
+        here=bool(here),
+    )
+    if not level or not level.get('measured'):
+        error = (level or {}).get('error') or 'the benchmark did not run'
+        return dict(out, reason='its benchmark at concurrency %d did not finish every request: %s' % (concurrency, error))
+    value = level.get(figure)
+    out['value'] = value
+    if slo and (level.get('slo_attainment') is None or level['slo_attainment'] < slo['attainment'] - 1e-9):
+        return dict(
+            out,
+            reason='it does not meet the SLO (%s) at concurrency %d: %s of its requests met it'
+            % (slo_text(slo), concurrency, _percent(level.get('slo_attainment'))),
+        )
+    if expected is not None and (not isinstance(value, (int, float)) or value < CANARY_FLOOR * expected):
+        return dict(
+            out,
+            reason='it serves %s %s at concurrency %d, below %d%% of the %.1f the sweep measured of it%s'
+            % (_fmt(value), 'good tok/s' if slo else 'tok/s', concurrency, round(100 * CANARY_FLOOR), expected, ' on this host' if here else ''),
+        )
+    return dict(out, ok=True, reason=None)
+
+
+def bound_of(summary: dict) -> float:
+    """The lower bound of an interval, or the median where there are too few runs for one."""
+    return summary['ci_low'] if summary.get('ci_low') is not None else summary['median']
+
+
+def canary_text(verdict: dict) -> str:
+    head = 'canary %s: the winner %s at concurrency %d' % (verdict['host'], verdict['label'], verdict['concurrency'])
+    if verdict['ok']:
+        value = verdict.get('value')
+        return '%s holds (%s %s%s); the other hosts get it' % (
+            head,
+            _fmt(value),
+            'good tok/s' if verdict['figure'] == 'good_output_throughput' else 'tok/s',
+            ''
+            if verdict.get('expected') is None
+            else ', against %.1f measured by the sweep%s' % (verdict['expected'], ' on this host' if verdict.get('here') else ''),
+        )
+    return '%s does not hold: %s' % (head, verdict['reason'])
+
+
 def winner_yaml(plan: dict, fleet: dict, decision: dict) -> str | None:
     """The group_vars snippet that keeps the winner apply uses (None without a winner): the speculative parameters
     the role takes, the draft model the hosts ran, and the environment variant's variables when it has one. Scalars

@@ -46,8 +46,10 @@ SUMMARY = 'summary.csv'
 REPORT = 'report.md'
 PLOT = 'plot.png'
 WINNER = 'winner.yml'
+# The winner's verdict on the canary host, the first it is applied to.
+CANARY = 'canary.json'
 # What the sweep writes in its run directory (other names are left alone).
-OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER)
+OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER, CANARY)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
 # Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), beyond the turn (adaptive),
