@@ -431,7 +431,8 @@ class ActionModule(ActionBase):
             )
             for c, ch in decision['per_level'].items()
         )
-        names = (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT) + ((run_files.WINNER,) if written['winner_yaml'] else ())
+        names = [run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT, run_files.PARETO]
+        names += [run_files.WINNER] if written['winner_yaml'] else []
         files = dict((name, run_dir.file(name)) for name in names)
         lines = []
         flags = store.draft_flags(plan, written['trials'])
@@ -452,7 +453,7 @@ class ActionModule(ActionBase):
                 display.warning('apply=force: %s is applied although %s' % (winner['label'], refused))
             else:
                 lines.append('apply: nothing is applied, because %s; each host gets back what it ran (-e apply=force applies it anyway)' % refused)
-        lines += ['report: %s' % files[run_files.REPORT], 'plot: %s' % files[run_files.PLOT]]
+        lines += ['report: %s' % files[run_files.REPORT], 'plots: %s, %s' % (files[run_files.PLOT], files[run_files.PARETO])]
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in run_files.DONE)
         return dict(
             winner=None

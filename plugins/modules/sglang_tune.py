@@ -29,8 +29,9 @@ description:
     does not match the draft model) or, with C(adaptive), because the step arithmetic says it cannot win).
   - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
-  - V(report) writes C(summary.csv), C(report.md), C(plot.png) and, when there is a winner, C(winner.yml) (the
-    group_vars snippet that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
+  - V(report) writes C(summary.csv), C(report.md), C(plot.png) (a panel per concurrency level), C(pareto.png) (tok/s
+    per user against total tok/s across the levels) and, when there is a winner, C(winner.yml) (the group_vars snippet
+    that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
   - V(release) gives up the run directory's lock at the end of the sweep.
   - The run directory is trusted only when no one else can write it. It is refused when it is a symbolic link, is not
     owned by the controller's user, is writable by its group or by others, or lies below a directory that someone
@@ -119,7 +120,7 @@ options:
     description: With V(record), the registered result of M(gpufleet.sglang.sglang_benchmark) for the trial.
     type: dict
 requirements:
-  - matplotlib on the controller for the plot of V(report).
+  - matplotlib on the controller for the plots of V(report).
 notes:
   - Start it through C(ansible-playbook gpufleet.sglang.tune); its operations make sense in that order only.
 seealso:
@@ -210,7 +211,7 @@ files:
   description: With V(report), the report files (C(winner.yml) too when there is a winner).
   returned: when operation is report
   type: dict
-  sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png}
+  sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png, pareto.png: /var/tmp/sweep-1/pareto.png}
 '''
 
 from ansible.module_utils.basic import AnsibleModule

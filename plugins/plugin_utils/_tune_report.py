@@ -20,13 +20,13 @@ import io
 import json
 import statistics
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_plot as plots
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
     LEVEL_FIGURES,
-    PLOT,
     REPORT,
     SUMMARY,
     WINNER,
@@ -814,64 +814,6 @@ def _why(fams: dict, concurrency: int) -> list[str]:
     return out
 
 
-def plot_png(rows: list[dict], concurrency: int, title: str) -> bytes:
-    """tok/s against steps with interval bars, one line per (algorithm, topk, environment), the baseline as a
-    horizontal line, the accept length on a second axis. Raises ImportError without matplotlib."""
-    import matplotlib  # pylint: disable=import-outside-toplevel
-
-    matplotlib.use('Agg')
-    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-
-    figure, axis = pyplot.subplots(figsize=(8, 5), dpi=100)
-    second = axis.twinx()
-    level = [r for r in rows if r['concurrency'] == concurrency and r['stats']]
-    groups: dict[tuple, list] = {}
-    for row in level:
-        point = row['point']
-        if point['algorithm']:
-            groups.setdefault((point['algorithm'], point['eagle_topk'], point['environment']), []).append(row)
-    colours = pyplot.rcParams['axes.prop_cycle'].by_key()['color']
-    for index, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: str(kv[0]))):
-        members.sort(key=lambda r: r['steps'])
-        colour = colours[index % len(colours)]
-        xs = [r['steps'] for r in members]
-        ys = [r['stats']['median'] for r in members]
-        # A point with too few runs for an interval is drawn without a bar.
-        below = [r['stats']['median'] - r['stats']['ci_low'] if r['stats'].get('ci_low') is not None else 0.0 for r in members]
-        above = [r['stats']['ci_high'] - r['stats']['median'] if r['stats'].get('ci_high') is not None else 0.0 for r in members]
-        name = '%s topk %s%s' % (key[0], key[1], '' if key[2] == DEFAULT_ENVIRONMENT else ' %s' % key[2])
-        axis.errorbar(xs, ys, yerr=[below, above], marker='o', capsize=4, color=colour, label='%s tok/s' % name)
-        accept = [(r['steps'], r['accept_length']) for r in members if r.get('accept_length')]
-        if accept:
-            second.plot([a[0] for a in accept], [a[1] for a in accept], linestyle=':', marker='s', color=colour, alpha=0.6, label='%s accept length' % name)
-    for index, row in enumerate(r for r in level if not r['point']['algorithm']):
-        env = row['point']['environment']
-        axis.axhline(
-            row['stats']['median'],
-            color='black',
-            linestyle='--',
-            linewidth=1,
-            alpha=0.8 - 0.2 * index,
-            label='baseline%s %.1f tok/s' % ('' if env == DEFAULT_ENVIRONMENT else ' ' + env, row['stats']['median']),
-        )
-    from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
-
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_xlabel('speculative steps')
-    axis.set_ylabel('output tok/s (median, 95% interval)')
-    second.set_ylabel('accept length (tok/step)')
-    axis.set_title(title)
-    handles, labels = axis.get_legend_handles_labels()
-    more_handles, more_labels = second.get_legend_handles_labels()
-    axis.legend(handles + more_handles, labels + more_labels, loc='best', fontsize=8)
-    axis.grid(True, alpha=0.3)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format='png')
-    pyplot.close(figure)
-    return buffer.getvalue()
-
-
 def timing(trials: list[dict]) -> dict:
     """How parallel the sweep really was, from the windows the hosts recorded.
 
@@ -954,9 +896,10 @@ def winner_yaml(plan: dict, fleet: dict, decision: dict) -> str | None:
 
 
 def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
-    """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints.
+    """Write summary.csv, report.md, plot.png and pareto.png; return the decision and what the playbook prints.
 
-    The summary and the report come first: without matplotlib (ImportError) they are written, the plot is not.
+    Without matplotlib (ImportError) the summary and the report are written (the report says the plots are not),
+    then the ImportError is raised.
     """
     trials = load_trials(run_dir, plan)
     fleet = run_dir.read_json(FLEET) or {}
@@ -977,7 +920,15 @@ def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
     report = report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent)
     if keep is not None:
         report += '\n## To keep the winner\n\n`%s`, for the inventory\'s group_vars:\n\n```yaml\n%s```\n' % (run_dir.file(WINNER), keep)
+    missing: ImportError | None = None
+    try:
+        drawn = plots.write_plots(rows, plan, decision, title)
+    except ImportError as exc:
+        drawn, missing = {}, exc
+    report += plots.report_section(drawn, missing)
     run_dir.write(REPORT, report)
-    title = title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed'])
-    run_dir.write(PLOT, plot_png(rows, plan['apply_concurrency'], title))
+    for name, image in drawn.items():
+        run_dir.write(name, image)
+    if missing is not None:
+        raise missing
     return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level, winner_yaml=keep)

@@ -44,9 +44,10 @@ LOCK = 'sweep.lock'
 SUMMARY = 'summary.csv'
 REPORT = 'report.md'
 PLOT = 'plot.png'
+PARETO = 'pareto.png'
 WINNER = 'winner.yml'
 # What the sweep writes in its run directory (other names are left alone).
-OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER)
+OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, PARETO, WINNER)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
 # Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), beyond the turn (adaptive),
