@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _extra_vars
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     RunDir,
     StoreError,
@@ -215,17 +216,17 @@ class ActionModule(ActionBase):
         # times when the fleet has more hosts.
         extra = trials - len(plan['points']) * plan['repeats']
         lines = [
-            'seed %s: %d points (baseline included) x %d repeats%s = %d trials on %d hosts in %d rounds%s%s'
+            'seed %s: %s (baseline included) x %s%s = %s on %s in %s%s%s'
             % (
                 seed,
-                len(plan['points']),
-                plan['repeats'],
+                plural(len(plan['points']), 'point'),
+                plural(plan['repeats'], 'repeat'),
                 ' + %d of the baseline (every host measures it)' % extra if extra > 0 else '',
-                trials,
-                len(hosts),
-                len(plan['schedule']),
+                plural(trials, 'trial'),
+                plural(len(hosts), 'host'),
+                plural(len(plan['schedule']), 'round'),
                 ', adaptive' if plan['adaptive'] else '',
-                ', resuming: %d trials already done' % len(done) if resumed else '',
+                ', resuming: %s already done' % plural(len(done), 'trial') if resumed else '',
             ),
             'run directory %s' % run_dir.path,
         ] + notes
@@ -235,8 +236,8 @@ class ActionModule(ActionBase):
         if bench.get('dataset'):
             # The file's name, size and checksum; never its content.
             lines.append(
-                'prompts: %s (%s, %d usable prompts, %d bytes, sha256 %s), copied to each host'
-                % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'])
+                'prompts: %s (%s, %s, %d bytes, sha256 %s), copied to each host'
+                % (bench['dataset'], bench['dataset_name'], plural(bench['dataset_prompts'], 'usable prompt'), bench['dataset_bytes'], bench['dataset_sha256'])
             )
         lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
         for number, this_round in enumerate(plan['schedule']):

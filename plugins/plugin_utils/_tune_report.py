@@ -22,6 +22,7 @@ import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_plot as plots
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural, were
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
@@ -244,9 +245,9 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     if guess['tok_s'] >= best:
         return None
     return (
-        'beyond the turn: the chain model from the measured points (p %.2f from %d steps, a step costing %.2f target '
-        'forwards) predicts %.1f tok/s at %d steps, below the best measured %.1f tok/s at concurrency %d'
-        % (guess['p'], guess['from_steps'], guess['step_cost'], guess['tok_s'], point['num_steps'], best, concurrency)
+        'beyond the turn: the chain model from the measured points (p %.2f from %s, a step costing %.2f target '
+        'forwards) predicts %.1f tok/s at %s, below the best measured %.1f tok/s at concurrency %d'
+        % (guess['p'], plural(guess['from_steps'], 'step'), guess['step_cost'], guess['tok_s'], plural(point['num_steps'], 'step'), best, concurrency)
     )
 
 
@@ -313,7 +314,7 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
     budget = plan.get('max_trials')
     if budget is not None and done >= budget:
-        return 'the race\'s budget of %d trials (max_trials) is spent' % budget
+        return 'the race\'s budget of %s (max_trials) is spent' % plural(budget, 'trial')
     if not point.get('algorithm'):
         return None
     concurrency = plan['apply_concurrency']
@@ -508,16 +509,15 @@ def _cannot_tell(what: str, a: dict, b: dict) -> str:
 def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict) -> str:
     lines = ['# Speculative decoding sweep', '']
     lines.append(
-        'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts (the baseline on every host), %d trials '
-        'in %d rounds%s.'
+        'Run directory `%s`, seed **%s**, %s (baseline included) x %s on %s (the baseline on every host), %s in %s%s.'
         % (
             plan['run_dir'],
             plan['seed'],
-            len(plan['points']),
-            plan['repeats'],
-            len(plan['hosts']),
-            sum(len(r) for r in plan['schedule']),
-            len(plan['schedule']),
+            plural(len(plan['points']), 'point'),
+            plural(plan['repeats'], 'repeat'),
+            plural(len(plan['hosts']), 'host'),
+            plural(sum(len(r) for r in plan['schedule']), 'trial'),
+            plural(len(plan['schedule']), 'round'),
             ', racing' if plan.get('search') == 'racing' else '',
         )
     )
@@ -535,9 +535,16 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     )
     if bench.get('dataset'):
         lines.append(
-            'Prompts: `%s` (%s, %d usable prompts, %d bytes, sha256 `%s`), copied to each host (mode 0600) and checked against '
+            'Prompts: `%s` (%s, %s, %d bytes, sha256 `%s`), copied to each host (mode 0600) and checked against '
             'that sha256 there before every benchmark; each request generates %d tokens (`--sharegpt-output-len`).'
-            % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'], bench['output_len'])
+            % (
+                bench['dataset'],
+                bench['dataset_name'],
+                plural(bench['dataset_prompts'], 'usable prompt'),
+                bench['dataset_bytes'],
+                bench['dataset_sha256'],
+                bench['output_len'],
+            )
         )
     if slo:
         lines.append(
@@ -639,7 +646,8 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     if raced:
         lines += ['## Not measured (racing)', '']
         lines.append(
-            '%d of the plan\'s %d trials were not run: each point below stopped where the race says why.' % (len(raced), sum(len(r) for r in plan['schedule']))
+            '%d of the plan\'s %s %s not run: each point below stopped where the race says why.'
+            % (len(raced), plural(sum(len(r) for r in plan['schedule']), 'trial'), were(len(raced)))
         )
         lines.append('')
         seen_race = set()
@@ -674,9 +682,16 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     if timing:
         lines += ['## Time', '']
         lines.append(
-            'Sweep wall time %.1f s for %d trials taking %.1f s in all: %.1f hosts at work at once on average; two or more '
+            'Sweep wall time %.1f s for %s taking %.1f s in all: %.1f hosts at work at once on average; two or more '
             'hosts benchmarked at the same time for %.0f%% of the benchmark time, at most %d at once.'
-            % (timing['wall'], timing['trials'], timing['busy'], timing['hosts_at_once'], 100 * timing['parallel_share'], timing['max_parallel'])
+            % (
+                timing['wall'],
+                plural(timing['trials'], 'trial'),
+                timing['busy'],
+                timing['hosts_at_once'],
+                100 * timing['parallel_share'],
+                timing['max_parallel'],
+            )
         )
         lines.append('')
     lines.append('Files: `trials.jsonl` (every trial), `summary.csv` (one row per point and concurrency), `plot.png`.')
@@ -807,7 +822,7 @@ def _why(fams: dict, concurrency: int) -> list[str]:
             )
         out.append('')
         if fam['turn'] is not None:
-            out.append('The curve turns at %d steps: beyond it a step costs more of the cycle than the tokens it adds.' % fam['turn'])
+            out.append('The curve turns at %s: beyond it a step costs more of the cycle than the tokens it adds.' % plural(fam['turn'], 'step'))
         else:
             out.append('No turn within the measured steps.')
         out.append('')

@@ -36,6 +36,8 @@ import socket
 import stat
 import time
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
+
 TRIALS = 'trials.jsonl'
 PLAN = 'plan.json'
 FLEET = 'fleet.json'
@@ -451,8 +453,8 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
                 and (tok_s * duration > completed * output_len * THROUGHPUT_SLACK + 1)
             ):
                 problems.append(
-                    '%s: %.1f tok/s for %.1f s is more than %d requests of at most %d output tokens could produce'
-                    % (where, tok_s, duration, completed, output_len)
+                    '%s: %.1f tok/s for %.1f s is more than %s of at most %s could produce'
+                    % (where, tok_s, duration, plural(completed, 'request'), plural(output_len, 'output token'))
                 )
     if plan and not problems:
         scheduled = dict((entry['id'], (host, entry)) for this_round in plan.get('schedule', []) for host, entry in this_round.items())
