@@ -95,6 +95,25 @@ def speculative_of(point: dict) -> dict | None:
     return dict((k, point[k]) for k in SPECULATIVE_KEYS)
 
 
+def goodput_of(rows: list[dict], plan: dict) -> dict:
+    """Under an SLO, per concurrency level (a string, as in ``winners``) and measured point: ``attainment`` (the share
+    of its requests that met the SLO, pooled over its runs), ``good_tok_s`` (the median good output tok/s) and
+    ``meets_slo``; empty without an SLO. The same figures as summary.csv's, as data a workflow reads."""
+    if not plan.get('slo'):
+        return {}
+    out: dict[str, dict] = {}
+    for row in rows:
+        if not row['stats']:
+            continue
+        good = row['good_stats'].get('median')
+        out.setdefault(str(row['concurrency']), {})[row['id']] = dict(
+            attainment=None if row.get('attainment') is None else round(row['attainment'], 4),
+            good_tok_s=None if good is None else round(good, 2),
+            meets_slo=row.get('meets_slo'),
+        )
+    return out
+
+
 def reproduce_command(inventory: list[str], run_dir: str) -> str:
     words = ['ansible-playbook', 'gpufleet.sglang.tune']
     for source in inventory:
@@ -470,6 +489,7 @@ class ActionModule(ActionBase):
                 ci_high=None if winner['stats']['ci_high'] is None else round(winner['stats']['ci_high'], 2),
             ),
             winners=per_level,
+            goodput=goodput_of(written['rows'], plan),
             apply=applying,
             apply_refused=refused,
             apply_concurrency=decision['apply_concurrency'],

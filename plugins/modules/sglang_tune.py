@@ -190,6 +190,16 @@ winners:
   returned: when operation is report
   type: dict
   sample: {'1': {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1}}
+goodput:
+  description: With V(report) under an SLO, per concurrency level and measured point, C(attainment) (the share of its
+    requests that met the SLO, pooled over its runs), C(good_tok_s) (the median good output tok/s) and C(meets_slo), figures
+    C(summary.csv) carries too. Empty without an SLO.
+  returned: when operation is report
+  type: dict
+  sample:
+    '1':
+      'EAGLE-1-1-2@default': {attainment: 1.0, good_tok_s: 106.4, meets_slo: true}
+      'EAGLE-3-1-4@default': {attainment: 0.0, good_tok_s: 0.0, meets_slo: false}
 draft_flags:
   description: With V(report), per algorithm whose draft model accepted almost nothing, the trial that showed it
     (C(trial), C(point), C(label), C(host), C(accept_length), C(concurrency)); no more of that algorithm was measured.
