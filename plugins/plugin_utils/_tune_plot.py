@@ -123,6 +123,17 @@ def pareto_frontier(items: list[tuple]) -> list[tuple]:
     return sorted(frontier, key=lambda item: (item[1], -item[2]))
 
 
+def frontier_items(series: dict[str, dict], slo: dict | None) -> list[tuple]:
+    """What the frontier is drawn over: ``((point id, concurrency), total, per user)`` of every measured level, under an
+    SLO only of those that do not violate it (the report ranks those only)."""
+    return [
+        ((pid, lv['concurrency']), lv['total'], lv['per_user'])
+        for pid, entry in series.items()
+        for lv in entry['levels']
+        if not (slo and lv['meets_slo'] is False)
+    ]
+
+
 def slo_floor(slo: dict | None) -> float | None:
     """The SLO as a floor of tok/s per user, where it translates: TPOT <= L ms is at least 1000 / L tokens per second
     for each request after its first token. TTFT (a wait) and end-to-end latency (a wait plus the output) are no
@@ -304,22 +315,26 @@ def pareto_figure(rows: list[dict], num_prompts: int | None, slo: dict | None, w
                 axis.scatter([lv['total']], [lv['per_user']], s=260, facecolors='none', edgecolors='black', linewidths=1.5, zorder=5)
         name = entry['label'] + (' (winner)' if highlight else '')
         handles.append(Line2D([], [], color=colour, marker=marker, linestyle='--' if family is None else '-', linewidth=2.8 if highlight else 1.0, label=name))
-    items = [((pid, lv['concurrency']), lv['total'], lv['per_user']) for pid, entry in series.items() for lv in entry['levels']]
-    frontier = pareto_frontier(items)
+    frontier = pareto_frontier(frontier_items(series, slo))
     if frontier:
         # A wide pale band, so that it shows under the point lines it runs along.
-        axis.plot([f[1] for f in frontier], [f[2] for f in frontier], color='red', linewidth=7, alpha=0.2, zorder=1, gid='pareto-frontier')
+        axis.plot(
+            [f[1] for f in frontier], [f[2] for f in frontier], color='red', linewidth=7, marker='o', markersize=14, alpha=0.2, zorder=1, gid='pareto-frontier'
+        )
         for (_pid, concurrency), x, y in frontier:
             axis.annotate('C=%d' % concurrency, xy=(x, y), xytext=(9, 7), textcoords='offset points', fontsize=7, color='darkred')
-        handles.append(Line2D([], [], color='red', linewidth=7, alpha=0.2, label='Pareto frontier (C: concurrency)'))
+        what = 'Pareto frontier of the points that meet the SLO' if slo else 'Pareto frontier'
+        handles.append(Line2D([], [], color='red', linewidth=7, alpha=0.2, label='%s (C: concurrency)' % what))
     handles.append(Line2D([], [], color='none', marker='o', markersize=13, markerfacecolor='none', markeredgecolor='black', label='winner at that concurrency'))
     floor = slo_floor(slo)
     if slo and floor is not None:
         axis.axhline(floor, color='purple', linestyle=':', linewidth=1.5, gid='slo-tpot')
         handles.append(Line2D([], [], color='purple', linestyle=':', linewidth=1.5, label='SLO: TPOT <= %g ms, %.1f tok/s per user' % (slo['tpot_ms'], floor)))
     note = slo_note(slo)
-    if not items:
+    if not series:
         axis.text(0.5, 0.5, 'nothing measured', transform=axis.transAxes, ha='center', va='center', fontsize=9)
+    # Room at the edges for the frontier's labels.
+    axis.margins(0.08)
     axis.set_xlabel('total output tok/s (median)', fontsize=9)
     axis.set_ylabel('tok/s per user (output tok/s / requests in flight)', fontsize=9)
     axis.grid(True, alpha=0.3)

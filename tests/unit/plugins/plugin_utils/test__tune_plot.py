@@ -120,6 +120,15 @@ def test_pareto_frontier(items, keys):
     assert [f[0] for f in plot.pareto_frontier(items)] == keys
 
 
+def test_under_an_slo_the_frontier_leaves_out_the_points_that_violate_it(tmp_path):
+    # EAGLE 2/1/3, the best on both axes at every level, violates the SLO: the frontier is then 3 steps' (the next best).
+    plan = make_plan(tmp_path, levels=(1, 8), slo=dict(tpot_ms=40, attainment=0.9))
+    rows = report.aggregate(plan, records(plan, slo_broken=('EAGLE-2-1-3@default',)))
+    series = plot.pareto_series(rows, 64)
+    assert [f[0] for f in plot.pareto_frontier(plot.frontier_items(series, plan['slo']))] == [('EAGLE-3-1-4@default', 1), ('EAGLE-3-1-4@default', 8)]
+    assert [f[0] for f in plot.pareto_frontier(plot.frontier_items(series, None))] == [('EAGLE-2-1-3@default', 1), ('EAGLE-2-1-3@default', 8)]
+
+
 SLO_FLOORS = [
     (dict(tpot_ms=50, attainment=0.99), 20.0),
     (dict(tpot_ms=8, ttft_ms=500, attainment=0.9), 125.0),
