@@ -370,7 +370,7 @@ def report_section(drawn: dict[str, bytes], missing: ImportError | None) -> str:
         '- `%s`: a panel per concurrency level, the figure the winner is ranked by against the speculative steps, one line per '
         'family with its 95%% intervals, the baseline dashed, the accept length dotted (right axis), each level\'s winner ringed.\n'
         '- `%s`: tok/s per user (output tok/s over the requests in flight) against total output tok/s, one line per point '
-        'through its concurrency levels, the Pareto frontier in red, the SLO\'s TPOT limit as a floor of 1000 / TPOT tok/s per '
-        'user (a TTFT or end-to-end limit is no rate per user and is not drawn; hollow markers violate the SLO), the winner '
-        'drawn thick.\n' % (PLOT, PARETO)
+        'through its concurrency levels, the Pareto frontier in red (under an SLO, of the points that meet it), the SLO\'s '
+        'TPOT limit as a floor of 1000 / TPOT tok/s per user (a TTFT or end-to-end limit is no rate per user and is not '
+        'drawn; hollow markers violate the SLO), the winner drawn thick.\n' % (PLOT, PARETO)
     )
