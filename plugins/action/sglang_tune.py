@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     RunDir,
     StoreError,
@@ -94,6 +95,25 @@ def speculative_of(point: dict) -> dict | None:
     if not point.get('algorithm'):
         return None
     return dict((k, point[k]) for k in SPECULATIVE_KEYS)
+
+
+def goodput_of(rows: list[dict], plan: dict) -> dict:
+    """Under an SLO, per concurrency level (a string, as in ``winners``) and measured point: ``attainment`` (the share
+    of its requests that met the SLO, pooled over its runs), ``good_tok_s`` (the median good output tok/s) and
+    ``meets_slo``; empty without an SLO. The same figures as summary.csv's, as data a workflow reads."""
+    if not plan.get('slo'):
+        return {}
+    out: dict[str, dict] = {}
+    for row in rows:
+        if not row['stats']:
+            continue
+        good = row['good_stats'].get('median')
+        out.setdefault(str(row['concurrency']), {})[row['id']] = dict(
+            attainment=None if row.get('attainment') is None else round(row['attainment'], 4),
+            good_tok_s=None if good is None else round(good, 2),
+            meets_slo=row.get('meets_slo'),
+        )
+    return out
 
 
 def reproduce_command(inventory: list[str], run_dir: str) -> str:
@@ -217,17 +237,17 @@ class ActionModule(ActionBase):
         # times when the fleet has more hosts.
         extra = trials - len(plan['points']) * plan['repeats']
         lines = [
-            'seed %s: %d points (baseline included) x %d repeats%s = %d trials on %d hosts in %d rounds%s%s'
+            'seed %s: %s (baseline included) x %s%s = %s on %s in %s%s%s'
             % (
                 seed,
-                len(plan['points']),
-                plan['repeats'],
+                plural(len(plan['points']), 'point'),
+                plural(plan['repeats'], 'repeat'),
                 ' + %d of the baseline (every host measures it)' % extra if extra > 0 else '',
-                trials,
-                len(hosts),
-                len(plan['schedule']),
+                plural(trials, 'trial'),
+                plural(len(hosts), 'host'),
+                plural(len(plan['schedule']), 'round'),
                 ', adaptive' if plan['adaptive'] else '',
-                ', resuming: %d trials already done' % len(done) if resumed else '',
+                ', resuming: %s already done' % plural(len(done), 'trial') if resumed else '',
             ),
             'run directory %s' % run_dir.path,
         ] + notes
@@ -237,8 +257,8 @@ class ActionModule(ActionBase):
         if bench.get('dataset'):
             # The file's name, size and checksum; never its content.
             lines.append(
-                'prompts: %s (%s, %d usable prompts, %d bytes, sha256 %s), copied to each host'
-                % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'])
+                'prompts: %s (%s, %s, %d bytes, sha256 %s), copied to each host'
+                % (bench['dataset'], bench['dataset_name'], plural(bench['dataset_prompts'], 'usable prompt'), bench['dataset_bytes'], bench['dataset_sha256'])
             )
         lines += ['point %-28s %s' % (p['id'], grid_rules.label(p)) for p in plan['points']]
         for number, this_round in enumerate(plan['schedule']):
@@ -495,7 +515,8 @@ class ActionModule(ActionBase):
             )
             for c, ch in decision['per_level'].items()
         )
-        names = (run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT) + ((run_files.WINNER,) if written['winner_yaml'] else ())
+        names = [run_files.TRIALS, run_files.SUMMARY, run_files.REPORT, run_files.PLOT, run_files.PARETO]
+        names += [run_files.WINNER] if written['winner_yaml'] else []
         files = dict((name, run_dir.file(name)) for name in names)
         lines = []
         flags = store.draft_flags(plan, written['trials'])
@@ -516,7 +537,7 @@ class ActionModule(ActionBase):
                 display.warning('apply=force: %s is applied although %s' % (winner['label'], refused))
             else:
                 lines.append('apply: nothing is applied, because %s; each host gets back what it ran (-e apply=force applies it anyway)' % refused)
-        lines += ['report: %s' % files[run_files.REPORT], 'plot: %s' % files[run_files.PLOT]]
+        lines += ['report: %s' % files[run_files.REPORT], 'plots: %s, %s' % (files[run_files.PLOT], files[run_files.PARETO])]
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in run_files.DONE)
         return dict(
             winner=None
@@ -532,6 +553,7 @@ class ActionModule(ActionBase):
                 ci_high=None if winner['stats']['ci_high'] is None else round(winner['stats']['ci_high'], 2),
             ),
             winners=per_level,
+            goodput=goodput_of(written['rows'], plan),
             apply=applying,
             apply_refused=refused,
             apply_concurrency=decision['apply_concurrency'],

@@ -35,10 +35,11 @@ description:
     the bracket is one request wide or C(max_levels) levels are spent.
   - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
     request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
-  - V(report) writes C(summary.csv), C(report.md), C(plot.png) and, when there is a winner, C(winner.yml) (the
-    group_vars snippet that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
+  - V(report) writes C(summary.csv), C(report.md), C(plot.png) (a panel per concurrency level), C(pareto.png) (tok/s
+    per user against total tok/s across the levels) and, when there is a winner, C(winner.yml) (the group_vars snippet
+    that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
   - V(canary) judges the winner on the canary host, the first host it is applied to, from the registered result of
-    M(gpufleet.sglang.sglang_benchmark) at the concurrency C(apply) uses (O(benchmark)): it holds when every request
+    M(gpufleet.sglang.sglang_benchmark) at the concurrency C(apply) uses (O(benchmark)); it holds when every request
     finished, the SLO is met when there is one, and its tok/s (good tok/s with an SLO) reach 90% of the lower bound
     of what the sweep measured of the winner (on that host where it measured it there). The verdict goes to
     C(canary.json) and the end of C(report.md); the other hosts get the winner only when it holds.
@@ -138,7 +139,7 @@ options:
       trial, or for the winner on the canary.
     type: dict
 requirements:
-  - matplotlib on the controller for the plot of V(report).
+  - matplotlib on the controller for the plots of V(report).
 notes:
   - Start it through C(ansible-playbook gpufleet.sglang.tune); its operations make sense in that order only.
 seealso:
@@ -213,6 +214,16 @@ winners:
   returned: when operation is report
   type: dict
   sample: {'1': {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1}}
+goodput:
+  description: With V(report) under an SLO, per concurrency level and measured point, C(attainment) (the share of its
+    requests that met the SLO, pooled over its runs), C(good_tok_s) (the median good output tok/s) and C(meets_slo), figures
+    C(summary.csv) carries too. Empty without an SLO.
+  returned: when operation is report
+  type: dict
+  sample:
+    '1':
+      'EAGLE-1-1-2@default': {attainment: 1.0, good_tok_s: 106.4, meets_slo: true}
+      'EAGLE-3-1-4@default': {attainment: 0.0, good_tok_s: 0.0, meets_slo: false}
 draft_flags:
   description: With V(report), per algorithm whose draft model accepted almost nothing, the trial that showed it
     (C(trial), C(point), C(label), C(host), C(accept_length), C(concurrency)); no more of that algorithm was measured.
@@ -253,7 +264,7 @@ files:
   description: With V(report), the report files (C(winner.yml) too when there is a winner).
   returned: when operation is report
   type: dict
-  sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png}
+  sample: {report.md: /var/tmp/sweep-1/report.md, plot.png: /var/tmp/sweep-1/plot.png, pareto.png: /var/tmp/sweep-1/pareto.png}
 '''
 
 from ansible.module_utils.basic import AnsibleModule

@@ -30,6 +30,8 @@ import json
 import os
 import stat
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
+
 FORMATS = ('sharegpt', 'custom')
 # A bigger file is a mistake rather than a benchmark (it is copied to every host).
 MAX_BYTES = 512 * 1024 * 1024
@@ -161,8 +163,8 @@ def check(path_value, dataset_name: str | None, num_prompts: int | None, problem
         return None
     if num_prompts is not None and usable < num_prompts:
         problems.append(
-            '%s: %s holds %d usable prompts, fewer than benchmark.num_prompts %d; the client would run fewer requests than asked'
-            % (FIELD, path, usable, num_prompts)
+            '%s: %s holds %s, fewer than benchmark.num_prompts %d; the client would run fewer requests than asked'
+            % (FIELD, path, plural(usable, 'usable prompt'), num_prompts)
         )
         return None
     return dict(dataset=path, dataset_name=fmt, dataset_sha256=hashlib.sha256(blob).hexdigest(), dataset_prompts=usable, dataset_bytes=info.st_size)

@@ -21,13 +21,14 @@ import json
 import statistics
 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_plot as plots
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural, were
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
     LEVEL_FIGURES,
-    PLOT,
     REPORT,
     SUMMARY,
     WINNER,
@@ -247,9 +248,9 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     if guess['tok_s'] >= best:
         return None
     return (
-        'beyond the turn: the chain model from the measured points (p %.2f from %d steps, a step costing %.2f target '
-        'forwards) predicts %.1f tok/s at %d steps, below the best measured %.1f tok/s at concurrency %d'
-        % (guess['p'], guess['from_steps'], guess['step_cost'], guess['tok_s'], point['num_steps'], best, concurrency)
+        'beyond the turn: the chain model from the measured points (p %.2f from %s, a step costing %.2f target '
+        'forwards) predicts %.1f tok/s at %s, below the best measured %.1f tok/s at concurrency %d'
+        % (guess['p'], plural(guess['from_steps'], 'step'), guess['step_cost'], guess['tok_s'], plural(point['num_steps'], 'step'), best, concurrency)
     )
 
 
@@ -317,7 +318,7 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
     budget = plan.get('max_trials')
     if budget is not None and done >= budget:
-        return 'the race\'s budget of %d trials (max_trials) is spent' % budget
+        return 'the race\'s budget of %s (max_trials) is spent' % plural(budget, 'trial')
     if not point.get('algorithm'):
         return None
     concurrency = plan['apply_concurrency']
@@ -512,16 +513,15 @@ def _cannot_tell(what: str, a: dict, b: dict) -> str:
 def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, fams: dict, trials: list[dict], timing: dict, loads: list | None = None) -> str:
     lines = ['# Speculative decoding sweep', '']
     lines.append(
-        'Run directory `%s`, seed **%s**, %d points (baseline included) x %d repeats on %d hosts (the baseline on every host), %d trials '
-        'in %d rounds%s.'
+        'Run directory `%s`, seed **%s**, %s (baseline included) x %s on %s (the baseline on every host), %s in %s%s.'
         % (
             plan['run_dir'],
             plan['seed'],
-            len(plan['points']),
-            plan['repeats'],
-            len(plan['hosts']),
-            sum(len(r) for r in plan['schedule']),
-            len(plan['schedule']),
+            plural(len(plan['points']), 'point'),
+            plural(plan['repeats'], 'repeat'),
+            plural(len(plan['hosts']), 'host'),
+            plural(sum(len(r) for r in plan['schedule']), 'trial'),
+            plural(len(plan['schedule']), 'round'),
             ', racing' if plan.get('search') == 'racing' else '',
         )
     )
@@ -539,9 +539,16 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     )
     if bench.get('dataset'):
         lines.append(
-            'Prompts: `%s` (%s, %d usable prompts, %d bytes, sha256 `%s`), copied to each host (mode 0600) and checked against '
+            'Prompts: `%s` (%s, %s, %d bytes, sha256 `%s`), copied to each host (mode 0600) and checked against '
             'that sha256 there before every benchmark; each request generates %d tokens (`--sharegpt-output-len`).'
-            % (bench['dataset'], bench['dataset_name'], bench['dataset_prompts'], bench['dataset_bytes'], bench['dataset_sha256'], bench['output_len'])
+            % (
+                bench['dataset'],
+                bench['dataset_name'],
+                plural(bench['dataset_prompts'], 'usable prompt'),
+                bench['dataset_bytes'],
+                bench['dataset_sha256'],
+                bench['output_len'],
+            )
         )
     if slo:
         lines.append(
@@ -647,7 +654,8 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     if raced:
         lines += ['## Not measured (racing)', '']
         lines.append(
-            '%d of the plan\'s %d trials were not run: each point below stopped where the race says why.' % (len(raced), sum(len(r) for r in plan['schedule']))
+            '%d of the plan\'s %s %s not run: each point below stopped where the race says why.'
+            % (len(raced), plural(sum(len(r) for r in plan['schedule']), 'trial'), were(len(raced)))
         )
         lines.append('')
         seen_race = set()
@@ -682,9 +690,16 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
     if timing:
         lines += ['## Time', '']
         lines.append(
-            'Sweep wall time %.1f s for %d trials taking %.1f s in all: %.1f hosts at work at once on average; two or more '
+            'Sweep wall time %.1f s for %s taking %.1f s in all: %.1f hosts at work at once on average; two or more '
             'hosts benchmarked at the same time for %.0f%% of the benchmark time, at most %d at once.'
-            % (timing['wall'], timing['trials'], timing['busy'], timing['hosts_at_once'], 100 * timing['parallel_share'], timing['max_parallel'])
+            % (
+                timing['wall'],
+                plural(timing['trials'], 'trial'),
+                timing['busy'],
+                timing['hosts_at_once'],
+                100 * timing['parallel_share'],
+                timing['max_parallel'],
+            )
         )
         lines.append('')
     lines.append('Files: `trials.jsonl` (every trial), `summary.csv` (one row per point and concurrency), `plot.png`.')
@@ -909,69 +924,11 @@ def _why(fams: dict, concurrency: int) -> list[str]:
             )
         out.append('')
         if fam['turn'] is not None:
-            out.append('The curve turns at %d steps: beyond it a step costs more of the cycle than the tokens it adds.' % fam['turn'])
+            out.append('The curve turns at %s: beyond it a step costs more of the cycle than the tokens it adds.' % plural(fam['turn'], 'step'))
         else:
             out.append('No turn within the measured steps.')
         out.append('')
     return out
-
-
-def plot_png(rows: list[dict], concurrency: int, title: str) -> bytes:
-    """tok/s against steps with interval bars, one line per (algorithm, topk, environment), the baseline as a
-    horizontal line, the accept length on a second axis. Raises ImportError without matplotlib."""
-    import matplotlib  # pylint: disable=import-outside-toplevel
-
-    matplotlib.use('Agg')
-    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-
-    figure, axis = pyplot.subplots(figsize=(8, 5), dpi=100)
-    second = axis.twinx()
-    level = [r for r in rows if r['concurrency'] == concurrency and r['stats']]
-    groups: dict[tuple, list] = {}
-    for row in level:
-        point = row['point']
-        if point['algorithm']:
-            groups.setdefault((point['algorithm'], point['eagle_topk'], point['environment']), []).append(row)
-    colours = pyplot.rcParams['axes.prop_cycle'].by_key()['color']
-    for index, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: str(kv[0]))):
-        members.sort(key=lambda r: r['steps'])
-        colour = colours[index % len(colours)]
-        xs = [r['steps'] for r in members]
-        ys = [r['stats']['median'] for r in members]
-        # A point with too few runs for an interval is drawn without a bar.
-        below = [r['stats']['median'] - r['stats']['ci_low'] if r['stats'].get('ci_low') is not None else 0.0 for r in members]
-        above = [r['stats']['ci_high'] - r['stats']['median'] if r['stats'].get('ci_high') is not None else 0.0 for r in members]
-        name = '%s topk %s%s' % (key[0], key[1], '' if key[2] == DEFAULT_ENVIRONMENT else ' %s' % key[2])
-        axis.errorbar(xs, ys, yerr=[below, above], marker='o', capsize=4, color=colour, label='%s tok/s' % name)
-        accept = [(r['steps'], r['accept_length']) for r in members if r.get('accept_length')]
-        if accept:
-            second.plot([a[0] for a in accept], [a[1] for a in accept], linestyle=':', marker='s', color=colour, alpha=0.6, label='%s accept length' % name)
-    for index, row in enumerate(r for r in level if not r['point']['algorithm']):
-        env = row['point']['environment']
-        axis.axhline(
-            row['stats']['median'],
-            color='black',
-            linestyle='--',
-            linewidth=1,
-            alpha=0.8 - 0.2 * index,
-            label='baseline%s %.1f tok/s' % ('' if env == DEFAULT_ENVIRONMENT else ' ' + env, row['stats']['median']),
-        )
-    from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
-
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_xlabel('speculative steps')
-    axis.set_ylabel('output tok/s (median, 95% interval)')
-    second.set_ylabel('accept length (tok/step)')
-    axis.set_title(title)
-    handles, labels = axis.get_legend_handles_labels()
-    more_handles, more_labels = second.get_legend_handles_labels()
-    axis.legend(handles + more_handles, labels + more_labels, loc='best', fontsize=8)
-    axis.grid(True, alpha=0.3)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format='png')
-    pyplot.close(figure)
-    return buffer.getvalue()
 
 
 def timing(trials: list[dict]) -> dict:
@@ -1129,9 +1086,10 @@ def winner_yaml(plan: dict, fleet: dict, decision: dict) -> str | None:
 
 
 def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
-    """Write summary.csv, report.md and plot.png; return the decision and what the playbook prints.
+    """Write summary.csv, report.md, plot.png and pareto.png; return the decision and what the playbook prints.
 
-    The summary and the report come first: without matplotlib (ImportError) they are written, the plot is not.
+    Without matplotlib (ImportError) the summary and the report are written (the report says the plots are not),
+    then the ImportError is raised.
     """
     trials = load_trials(run_dir, plan)
     fleet = run_dir.read_json(FLEET) or {}
@@ -1153,7 +1111,15 @@ def write_all(run_dir: RunDir, plan: dict, title: str | None = None) -> dict:
     report = report_markdown(plan, fleet, rows, decision, fams_by_level[plan['apply_concurrency']], trials, spent, loads)
     if keep is not None:
         report += '\n## To keep the winner\n\n`%s`, for the inventory\'s group_vars:\n\n```yaml\n%s```\n' % (run_dir.file(WINNER), keep)
+    missing: ImportError | None = None
+    try:
+        drawn = plots.write_plots(rows, plan, decision, title)
+    except ImportError as exc:
+        drawn, missing = {}, exc
+    report += plots.report_section(drawn, missing)
     run_dir.write(REPORT, report)
-    title = title or 'Speculative sweep, concurrency %d, seed %s' % (plan['apply_concurrency'], plan['seed'])
-    run_dir.write(PLOT, plot_png(rows, plan['apply_concurrency'], title))
+    for name, image in drawn.items():
+        run_dir.write(name, image)
+    if missing is not None:
+        raise missing
     return dict(rows=rows, decision=decision, timing=spent, trials=trials, families=fams_by_level, winner_yaml=keep, loads=loads)

@@ -37,6 +37,8 @@ import socket
 import stat
 import time
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
+
 TRIALS = 'trials.jsonl'
 PLAN = 'plan.json'
 FLEET = 'fleet.json'
@@ -45,11 +47,12 @@ LOCK = 'sweep.lock'
 SUMMARY = 'summary.csv'
 REPORT = 'report.md'
 PLOT = 'plot.png'
+PARETO = 'pareto.png'
 WINNER = 'winner.yml'
 # The winner's verdict on the canary host, the first it is applied to.
 CANARY = 'canary.json'
 # What the sweep writes in its run directory (other names are left alone).
-OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, WINNER, CANARY)
+OWN_FILES = (TRIALS, PLAN, FLEET, GRID, LOCK, SUMMARY, REPORT, PLOT, PARETO, WINNER, CANARY)
 DONE = ('ok', 'failed', 'skipped')
 STATUSES = DONE
 # Why a skipped trial was skipped: the draft model accepts almost nothing (every sweep), beyond the turn (adaptive),
@@ -453,8 +456,8 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
                 and (tok_s * duration > completed * output_len * THROUGHPUT_SLACK + 1)
             ):
                 problems.append(
-                    '%s: %.1f tok/s for %.1f s is more than %d requests of at most %d output tokens could produce'
-                    % (where, tok_s, duration, completed, output_len)
+                    '%s: %.1f tok/s for %.1f s is more than %s of at most %s could produce'
+                    % (where, tok_s, duration, plural(completed, 'request'), plural(output_len, 'output token'))
                 )
     if plan and not problems and record.get('phase') is not None:
         problems += _load_record_problems(record, plan)

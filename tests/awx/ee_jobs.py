@@ -172,7 +172,7 @@ def test_install_relaunch_status_and_a_refused_relaunch_in_the_ee(tmp_path, flee
     assert tune.artifacts_dir is not None
     assert artifacts['tune_run_dir'] == '/runner/artifacts/%s/tune' % tune.artifacts_dir.name, artifacts['tune_run_dir']
     run_dir = tune.artifacts_dir / 'tune'
-    for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png'):
+    for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png', 'pareto.png'):
         data = (run_dir / name).read_bytes()
         want = dict(path='%s/%s' % (artifacts['tune_run_dir'], name), size=len(data), checksum=hashlib.sha256(data).hexdigest())
         assert artifacts['tune_files'][name] == want, (name, artifacts['tune_files'][name])

@@ -512,11 +512,13 @@ def test_tune_job_keeps_its_result_as_artifacts_and_refuses_bad_answers(make_hos
         assert artifacts['tune_summary_csv'] == (run_dir / 'summary.csv').read_text().rstrip('\n')
         assert 'seed **5**' in artifacts['tune_report_md'] and artifacts['tune_report_md'] == (run_dir / 'report.md').read_text().rstrip('\n')
         assert any(isinstance(line, str) and 'winner' in line.lower() for line in artifacts['tune_verdict']), artifacts['tune_verdict']
-        for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png'):
+        # No SLO was answered: no goodput to keep (under one, summary.csv carries it as well).
+        assert artifacts['tune_goodput'] == {}, artifacts['tune_goodput']
+        for name in ('trials.jsonl', 'summary.csv', 'report.md', 'plot.png', 'pareto.png'):
             kept = artifacts['tune_files'][name]
             data = (run_dir / name).read_bytes()
             assert kept == dict(path=str(run_dir / name), size=len(data), checksum=hashlib.sha256(data).hexdigest()), (name, kept)
-        assert (run_dir / 'plot.png').read_bytes()[:8] == PNG_SIGNATURE
+        assert (run_dir / 'plot.png').read_bytes()[:8] == PNG_SIGNATURE and (run_dir / 'pareto.png').read_bytes()[:8] == PNG_SIGNATURE
         trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines()]
         assert len(trials) == 9 and all(t['status'] == 'ok' for t in trials), trials
         # apply was false: every host serves what it served before (a fresh server, verified by the sweep).

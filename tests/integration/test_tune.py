@@ -74,12 +74,12 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
         assert int(r['trials_measured']) == (4 if r['point'].startswith('baseline') else 3), r
         assert float(r['ci95_low_tok_s']) <= float(r['median_tok_s']) <= float(r['ci95_high_tok_s']), r
 
-    # The plot is a PNG matplotlib can read, of the size it was drawn.
-    assert found['plot'][:8] == PNG_SIGNATURE
+    # The plots are PNGs that can be read, plot.png of the size drawn for two panels side by side (5 in each, 100 dpi).
+    assert found['plot'][:8] == PNG_SIGNATURE and found['pareto'][:8] == PNG_SIGNATURE
     from PIL import Image
 
     with Image.open(io.BytesIO(found['plot'])) as image:
-        assert image.format == 'PNG' and image.size == (800, 500)
+        assert image.format == 'PNG' and image.size[0] == 1100 and image.size[1] < image.size[0], image.size
     report = found['report']
     assert 'seed **5**' in report and '## Why the winner wins' in report and 'ansible-playbook gpufleet.sglang.tune' in report
     assert '**Winner** at concurrency 1' in report and '| node-3 | 1 x' in report

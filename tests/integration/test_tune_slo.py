@@ -46,6 +46,8 @@ def test_an_slo_changes_the_winner_and_apply_follows_it(make_host, tmp_path):
         assert 'By output tok/s alone the winner would be **EAGLE 3/1/4**' in report and 'within the SLO it is **EAGLE 1/1/2**' in report
         assert 'Violate the SLO at concurrency 1 (TTFT <= 600 ms for 99% of requests): EAGLE 3/1/4 (0.0% met it).' in report
         assert '--goodput ttft:600 --output-details' in report
+        # Both plots drawn, and named by the report.
+        assert found['pareto'][:8] == b'\x89PNG\r\n\x1a\n' and '- `pareto.png`: tok/s per user' in report
         # Every trial recorded its goodput; the good tok/s of a point that meets the SLO is its tok/s.
         for trial in found['trials']:
             level = trial['levels'][0]

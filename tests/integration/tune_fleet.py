@@ -64,7 +64,7 @@ def running(fleet: dict) -> dict:
 
 
 def read_run(run_dir: Path) -> dict:
-    """Every file of a run directory, parsed: the trials, the CSV rows, the report and the plot's bytes."""
+    """Every file of a run directory, parsed: the trials, the CSV rows, the report and the plots' bytes."""
     trials = [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines() if line.strip()]
     rows = list(csv.DictReader(io.StringIO((run_dir / 'summary.csv').read_text())))
     return dict(
@@ -72,6 +72,7 @@ def read_run(run_dir: Path) -> dict:
         rows=rows,
         report=(run_dir / 'report.md').read_text(),
         plot=(run_dir / 'plot.png').read_bytes(),
+        pareto=(run_dir / 'pareto.png').read_bytes(),
         plan=json.loads((run_dir / 'plan.json').read_text()),
     )
 

@@ -6,11 +6,14 @@ user's file of prompts checked before any host is touched. Cases as data."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_dataset as dataset
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
@@ -223,3 +226,18 @@ def test_the_file_must_be_a_readable_regular_file(tmp_path):
         unreadable.write_text(_sharegpt(1))
         unreadable.chmod(0)
         assert dataset.check(str(unreadable), None, 1, problems) is None and 'cannot be read' in problems[-1]
+
+
+def test_the_goodput_returned_for_the_artifacts_is_the_summarys(tmp_path):
+    """sglang_tune's goodput (the AWX artifact tune_goodput): per level and point, what summary.csv says too."""
+    plan, rows, decision = decide(tmp_path, FIGURES)
+    goodput = action.goodput_of(rows, plan)
+    assert sorted(goodput) == ['1'] and sorted(goodput['1']) == sorted(POINTS)
+    assert goodput['1']['EAGLE-1-1-2@default'] == dict(attainment=0.95, good_tok_s=105.0, meets_slo=True)
+    assert goodput['1']['EAGLE-2-1-3@default'] == dict(attainment=0.7, good_tok_s=98.0, meets_slo=False)
+    summary = dict((r['point'], r) for r in csv.DictReader(io.StringIO(report.summary_csv(rows, decision, {}))))
+    for point, figures in goodput['1'].items():
+        assert float(summary[point]['slo_attainment']) == figures['attainment'] and float(summary[point]['median_good_tok_s']) == figures['good_tok_s']
+    # Without an SLO there is no goodput to keep.
+    plain = dict(plan, slo=None)
+    assert action.goodput_of(report.aggregate(plain, records(FIGURES)), plain) == {}
