@@ -91,7 +91,11 @@ def speculative_of(point: dict) -> dict | None:
     """sglang_launch's speculative keys for a point; None for the baseline."""
     if not point.get('algorithm'):
         return None
-    return dict((k, point[k]) for k in SPECULATIVE_KEYS)
+    speculative = dict((k, point[k]) for k in SPECULATIVE_KEYS)
+    # Always said, either way: the trial's keys are merged over the inventory's, whose adaptive settings must not
+    # turn a static point adaptive (or the reverse).
+    speculative.update(adaptive=bool(point.get('adaptive')), adaptive_config=point.get('adaptive_config') if point.get('adaptive') else None)
+    return speculative
 
 
 def reproduce_command(inventory: list[str], run_dir: str) -> str:

@@ -139,8 +139,9 @@ def speculative_label(speculative: dict | None) -> str:
     spec = speculative or {}
     if not spec.get('algorithm'):
         return 'no speculation'
-    label = '%s %s/%s/%s' % (spec['algorithm'], spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
-    return label + ' adaptive' if spec.get('adaptive') else label
+    shape = '%s/%s/%s' % (spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
+    # Runtime-adaptive: SGLang picks the steps while serving, starting from these.
+    return '%s adaptive (from %s)' % (spec['algorithm'], shape) if spec.get('adaptive') else '%s %s' % (spec['algorithm'], shape)
 
 
 def trial_mark(trial: dict, state: dict | None, running: bool) -> dict:
