@@ -420,7 +420,8 @@ def adaptive_answers(level_rows: list[dict], slo: dict | None) -> list[dict]:
         static_rows = [r for r in level_rows if not r['point'].get('adaptive')]
         ours = next((r for r in choose_level([mine] + static_rows, slo)['ranked'] if r['id'] == mine['id']), None)
         best = choose_level(static_rows, slo).get('winner')
-        if slo and ours is None:
+        if ours is None:
+            # Under an SLO the ranking holds only the points that meet it.
             answers.append(
                 dict(row=mine, static=best, verdict='no', why='it does not meet the SLO (%s of its requests met it)' % _percent(mine.get('attainment')))
             )
@@ -437,15 +438,8 @@ def adaptive_answers(level_rows: list[dict], slo: dict | None) -> list[dict]:
             better = ratio['median'] > 1.0
         else:
             told = stats.distinct(a, b)
-            figures = (
-                'host-adjusted intervals %s and %s' % (_interval(a), _interval(b))
-                if ours.get('paired_stats')
-                else 'intervals %s and %s'
-                % (
-                    _interval(a),
-                    _interval(b),
-                )
-            )
+            kind = 'host-adjusted intervals' if ours.get('paired_stats') else 'intervals'
+            figures = '%s %s and %s' % (kind, _interval(a), _interval(b))
             better = a['median'] > b['median']
         if told is None:
             verdict, why = 'cannot tell', 'too few runs for an interval (%d are needed); more repeats would tell' % stats.MIN_FOR_INTERVAL
