@@ -435,16 +435,18 @@ def adaptive_answers(level_rows: list[dict], slo: dict | None) -> list[dict]:
             ratio = ours['paired']
             told = stats.beats_reference(ours)
             figures = 'paired by host, its change against %s: %s' % (best['label'], _ratio_text(ratio))
+            tie = 'it includes no change'
             better = ratio['median'] > 1.0
         else:
             told = stats.distinct(a, b)
             kind = 'host-adjusted intervals' if ours.get('paired_stats') else 'intervals'
             figures = '%s %s and %s' % (kind, _interval(a), _interval(b))
+            tie = 'they overlap'
             better = a['median'] > b['median']
         if told is None:
             verdict, why = 'cannot tell', 'too few runs for an interval (%d are needed); more repeats would tell' % stats.MIN_FOR_INTERVAL
         elif not told:
-            verdict, why = 'cannot tell', '%s: they overlap (or include no change); more repeats would tell' % figures
+            verdict, why = 'cannot tell', '%s: %s; more repeats would tell' % (figures, tie)
         else:
             verdict, why = ('yes' if better else 'no'), figures
         answers.append(dict(row=mine, static=best, verdict=verdict, why=why))
