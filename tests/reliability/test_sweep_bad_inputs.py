@@ -112,6 +112,20 @@ GRIDS = [
     ('slo-no-limit', dict(slo=dict(attainment=0.9)), [], ['slo: give at least one limit (ttft_ms, tpot_ms, e2e_ms)']),
     ('slo-not-a-mapping', dict(slo=[500]), [], ['slo: [500] is not a mapping']),
     ('dataset-name-without-file', dict(benchmark=dict(BENCHMARK, dataset_name='sharegpt')), [], ['benchmark.dataset_name: sharegpt reads a local file']),
+    # Runtime-adaptive points: SGLang would run a tree (topk 2) static without a word, and reads a bad config only
+    # once the old server is gone.
+    (
+        'grid-adaptive-topk-2',
+        dict(topk=[2], draft_tokens=[4], runtime_adaptive=[True]),
+        [],
+        ['runtime_adaptive true, topk 2', 'speculative.adaptive: True would be changed to False by SGLang', 'only with eagle_topk 1'],
+    ),
+    (
+        'grid-adaptive-config-bad',
+        dict(runtime_adaptive=[False, True], adaptive_config={'1': {'candidate_steps': [3, -1]}, 'alpha': 0.5}),
+        [],
+        ['adaptive_config.1.candidate_steps: [3, -1] is not allowed'],
+    ),
 ]
 
 
