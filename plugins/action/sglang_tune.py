@@ -61,6 +61,7 @@ VERDICT_LINES = (
     'The best point',
     'The curve turns',
     'Sweep wall time',
+    'Runtime adaptivity',
 )
 PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
 
@@ -477,6 +478,13 @@ class ActionModule(ActionBase):
             apply_concurrency=decision['apply_concurrency'],
             trials=counts,
             draft_flags=flags,
+            adaptive=dict(
+                (
+                    str(c),
+                    [dict(point=a['row']['id'], against=a['static']['id'] if a['static'] else None, verdict=a['verdict'], why=a['why']) for a in answers],
+                )
+                for c, answers in (decision.get('adaptive') or {}).items()
+            ),
             run_dir=run_dir.path,
             winner_yaml=written['winner_yaml'],
             timing=written['timing'],

@@ -82,6 +82,11 @@ options:
         C(dataset_name), C(dataset), a ShareGPT JSON or JSONL file of prompts on the controller), C(repeats), C(seed),
         C(adaptive), C(apply), C(apply_concurrency), C(run_dir), C(slo) (C(ttft_ms), C(tpot_ms), C(e2e_ms) per request
         and C(attainment), the share of requests that must meet them, default 0.99).
+      - C(runtime_adaptive) (V([false, true]) adds one point per algorithm, topk and environment variant that runs
+        SGLang's C(--speculative-adaptive), starting from the middle of its step tiers; also a key of C(points)) and
+        C(adaptive_config) (the tiers, as the O(gpufleet.sglang.sglang_launch#module:instances[].speculative.adaptive_config)
+        option takes them). Not to be confused with C(adaptive), which skips the points the step arithmetic says cannot
+        win.
     type: dict
     default: {}
   hosts:
@@ -177,7 +182,7 @@ speculative:
   description: With V(next), the trial's speculative parameters for M(gpufleet.sglang.sglang_launch); null for the baseline.
   returned: when operation is next
   type: dict
-  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}
+  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3, adaptive: false, adaptive_config: null}
 winner:
   description: With V(report), the winner at the concurrency C(apply) uses, with its speculative parameters and
     environment variant; null when nothing was measured.
@@ -195,6 +200,12 @@ draft_flags:
   returned: when operation is report
   type: dict
   sample: {EAGLE3: {trial: 'EAGLE3-3-1-4@default#1', point: 'EAGLE3-3-1-4@default', label: EAGLE3 3/1/4, host: node-1, accept_length: 1.02, concurrency: 1}}
+adaptive:
+  description: With V(report), per concurrency level, whether each runtime-adaptive point beats the best static point
+    (C(point), C(against), C(verdict) one of V(yes), V(no), V(cannot tell), C(why)); empty without adaptive points.
+  returned: when operation is report
+  type: dict
+  sample: {'1': [{point: 'EAGLE-3-1-4-adaptive@default', against: 'EAGLE-3-1-4@default', verdict: cannot tell, why: 'host-adjusted intervals overlap'}]}
 run_dir:
   description: With V(report), the run directory.
   returned: when operation is report

@@ -482,6 +482,14 @@ def _adaptive_section(decision: dict, unit: str) -> list[str]:
                 )
             )
     out.append('')
+    for concurrency, answers in levels.items():
+        for answer in answers:
+            static = answer['static']
+            out.append(
+                'Runtime adaptivity at concurrency %d: %s against the best static point%s: %s.'
+                % (concurrency, answer['row']['label'], ', %s' % static['label'] if static else '', answer['verdict'])
+            )
+    out.append('')
     return out
 
 
