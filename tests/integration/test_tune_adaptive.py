@@ -7,9 +7,11 @@ business, the test checks that the question is asked and answered with one of th
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 
-from relaunch_fleet import run, state
+from relaunch_fleet import SPECULATIVE, run, server_pid, state
 from test_tune import BEFORE, start
 from tune_fleet import make_fleet, read_run, running, tune, write_grid
 
@@ -62,3 +64,26 @@ def label_of(row: dict) -> str:
     if row['algorithm'] == 'none':
         return 'baseline'
     return '%s %s/%s/%s' % (row['algorithm'], row['steps'], row['topk'], row['draft_tokens'])
+
+
+def test_an_inventory_that_carries_an_adaptive_winner_keeps_it(make_host, tmp_path):
+    """The variables winner.yml writes for an adaptive winner: relaunch.yml starts the server adaptive, and a second
+    relaunch finds nothing to change (the adaptive keys are part of the configuration, normalized the same way)."""
+    winner = dict(SPECULATIVE, num_steps=3, num_draft_tokens=4, adaptive=True, adaptive_config=TIERS)
+    fleet = make_fleet(make_host, tmp_path, count=1, sglang_server_speculative=winner)
+    try:
+        first = run(fleet['inventory'], 'relaunch.yml')
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+        hvars = next(iter(fleet['vars'].values()))
+        current = state(hvars)
+        assert current['config']['speculative']['adaptive'] is True and current['config']['speculative']['adaptive_config'] == TIERS
+        path = os.path.join(hvars['sglang_server_state_dir'], 'llama.adaptive.json')
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with open(path, encoding='utf-8') as handle:
+            assert json.load(handle) == TIERS
+        pid = server_pid(hvars)
+        again = run(fleet['inventory'], 'relaunch.yml')
+        assert again.returncode == 0, again.stdout[-3000:]
+        assert server_pid(hvars) == pid and 'changed=0' in again.stdout.split('PLAY RECAP', 1)[1], again.stdout[-3000:]
+    finally:
+        run(fleet['inventory'], 'stop.yml', timeout=120)
