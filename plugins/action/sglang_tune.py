@@ -64,6 +64,7 @@ VERDICT_LINES = (
     'The best point',
     'The curve turns',
     'Sweep wall time',
+    'Runtime adaptivity',
 )
 PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
 
@@ -94,7 +95,11 @@ def speculative_of(point: dict) -> dict | None:
     """sglang_launch's speculative keys for a point; None for the baseline."""
     if not point.get('algorithm'):
         return None
-    return dict((k, point[k]) for k in SPECULATIVE_KEYS)
+    speculative = dict((k, point[k]) for k in SPECULATIVE_KEYS)
+    # Always said, either way: the trial's keys are merged over the inventory's, whose adaptive settings must not
+    # turn a static point adaptive (or the reverse).
+    speculative.update(adaptive=bool(point.get('adaptive')), adaptive_config=point.get('adaptive_config') if point.get('adaptive') else None)
+    return speculative
 
 
 def goodput_of(rows: list[dict], plan: dict) -> dict:
@@ -571,6 +576,13 @@ class ActionModule(ActionBase):
                 )
                 for s in written['loads']
             ],
+            adaptive=dict(
+                (
+                    str(c),
+                    [dict(point=a['row']['id'], against=a['static']['id'] if a['static'] else None, verdict=a['verdict'], why=a['why']) for a in answers],
+                )
+                for c, answers in (decision.get('adaptive') or {}).items()
+            ),
             run_dir=run_dir.path,
             winner_yaml=written['winner_yaml'],
             timing=written['timing'],

@@ -101,7 +101,7 @@ LAUNCH_KEYS = (
     'secret_environment',
 )
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')
-SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens')
+SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'adaptive', 'adaptive_config')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 
 

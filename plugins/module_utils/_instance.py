@@ -73,12 +73,16 @@ def mask_server_info(info: dict) -> dict:
 def speculative_of(info: dict) -> dict:
     """The speculative parameters SGLang resolved, from its /server_info."""
     algorithm = info.get('speculative_algorithm')
-    return dict(
+    running = dict(
         algorithm=None if algorithm in (None, '', 'NONE', 'none') else algorithm,
         num_steps=info.get('speculative_num_steps'),
         eagle_topk=info.get('speculative_eagle_topk'),
         num_draft_tokens=info.get('speculative_num_draft_tokens'),
     )
+    if info.get('speculative_adaptive'):
+        # Only when it runs (SGLang reports false after falling back to static parameters).
+        running['adaptive'] = True
+    return running
 
 
 class Instance:
@@ -89,6 +93,8 @@ class Instance:
         self.state_dir = state_dir
         self.state_file = os.path.join(state_dir, '%s.json' % name)
         self.secret_file = os.path.join(state_dir, '%s.secret.yaml' % name)
+        # --speculative-adaptive-config: in the private state directory, so no other user can swap it.
+        self.adaptive_file = os.path.join(state_dir, '%s.adaptive.json' % name)
         self.env_file = os.path.join(state_dir, '%s.env' % name)
         self.default_log_file = os.path.join(state_dir, '%s.log' % name)
 

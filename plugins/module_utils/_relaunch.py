@@ -64,7 +64,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch imp
     secret_config,
     write_private,
 )
-from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, effective_algorithm, resolve
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import ADAPTIVE_FALLBACK_FLAGS, SpeculativeError, effective_algorithm, resolve
 
 # A bare address or host name: no user part, no path, nothing a URL would read as another host.
 HOST_RE = re.compile(r'^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|\[[0-9A-Fa-f:.]+\])$')
@@ -114,12 +114,34 @@ def log_failure(spec: InstanceSpec, offset: int, fallback: str, context: str) ->
     return ServerFailure(fallback, context, spec.log_file, lines)
 
 
+def speculative_config(spec: dict) -> dict:
+    """The speculative part of an instance's configuration, the identity that decides a relaunch.
+
+    The adaptive keys are there only when adaptive speculation runs, so that the configuration of every instance
+    that does not use it keeps the digest it had before the collection knew of it (no relaunch on upgrade).
+    """
+    config = dict((k, spec[k]) for k in ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'max_running_requests'))
+    if spec.get('adaptive'):
+        config.update(adaptive=True, adaptive_config=spec.get('adaptive_config'))
+    return config
+
+
+def asked_speculative(spec: dict) -> dict:
+    """The parameters a result's ``new`` shows before SGLang is asked (adaptive only when it is on)."""
+    new = dict((k, spec.get(k)) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
+    if spec.get('adaptive'):
+        new['adaptive'] = True
+    return new
+
+
 def speculative_label(speculative: dict | None) -> str:
     """'EAGLE 2/1/3' for a configuration's speculative settings, 'no speculation' without."""
     spec = speculative or {}
     if not spec.get('algorithm'):
         return 'no speculation'
-    return '%s %s/%s/%s' % (spec['algorithm'], spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
+    shape = '%s/%s/%s' % (spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
+    # Runtime-adaptive: SGLang picks the steps while serving, starting from these.
+    return '%s adaptive (from %s)' % (spec['algorithm'], shape) if spec.get('adaptive') else '%s %s' % (spec['algorithm'], shape)
 
 
 def trial_mark(trial: dict, state: dict | None, running: bool) -> dict:
@@ -342,12 +364,16 @@ class InstanceSpec:
         spec = self.params['speculative'] or {}
         extra = self.params['extra_args']
         max_running = None
+        fallback_flags = []
         for key in extra:
             try:
-                if resolve_flag(key) == '--max-running-requests':
-                    max_running = extra[key]
+                flag = resolve_flag(key)
             except SGLangFlagError:
-                pass
+                continue
+            if flag == '--max-running-requests':
+                max_running = extra[key]
+            if flag in ADAPTIVE_FALLBACK_FLAGS and extra[key] not in (False, None):
+                fallback_flags.append(flag)
         try:
             self.speculative = resolve(
                 algorithm=spec.get('algorithm'),
@@ -357,6 +383,9 @@ class InstanceSpec:
                 num_draft_tokens=spec.get('num_draft_tokens'),
                 max_running_requests=max_running,
                 model_architecture=self.model_architecture(),
+                adaptive=spec.get('adaptive'),
+                adaptive_config=spec.get('adaptive_config'),
+                adaptive_fallback_flags=fallback_flags,
                 strict=self.params['strict'],
             )
         except SpeculativeError as exc:
@@ -390,6 +419,10 @@ class InstanceSpec:
                 for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
                     if spec[key] is not None:
                         argv += ['--speculative-%s' % key.replace('_', '-'), str(spec[key])]
+            if spec['adaptive']:
+                argv.append('--speculative-adaptive')
+                if spec['adaptive_config'] is not None:
+                    argv += ['--speculative-adaptive-config', self.instance.adaptive_file]
         if params['enable_metrics']:
             argv.append('--enable-metrics')
         if params['log_level']:
@@ -412,7 +445,7 @@ class InstanceSpec:
             port=params['port'],
             gpus=self.gpu_indexes,
             tp_size=self.tp_size,
-            speculative=dict((k, spec[k]) for k in ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'max_running_requests')),
+            speculative=speculative_config(spec),
             extra_args=extra_argv,
             environment=sorted(self.env),
             python=self.python,
@@ -427,6 +460,12 @@ class InstanceSpec:
 
     def finish(self, supervisor_kind: str) -> None:
         self.desired['supervisor'] = supervisor_kind
+
+    @property
+    def adaptive_text(self) -> str | None:
+        """The JSON file --speculative-adaptive-config names, or None when there is none."""
+        config = self.speculative.get('adaptive_config')
+        return None if config is None else json.dumps(config, indent=2, sort_keys=True) + '\n'
 
     @property
     def masked_argv(self) -> list:
@@ -896,7 +935,7 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         found=None,
         action=None,
         old=old_config.get('speculative') if old_state else None,
-        new=dict((k, spec.speculative.get(k)) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')) if spec.speculative else None,
+        new=asked_speculative(spec.speculative) if spec.speculative else None,
         url=None,
         pid=(old_state or {}).get('pid'),
         unit=(old_state or {}).get('unit'),
@@ -1140,8 +1179,9 @@ class InstanceRun:
         result['pid'] = None
         state.pop('relaunch', None)
         self.write(state)
-        # Nothing reads it until the next start, which writes it again.
+        # Nothing reads them until the next start, which writes them again.
         remove(self.instance.secret_file)
+        remove(self.instance.adaptive_file)
         result['diff'] = dict(
             before=config_text(state.get('config')), after='', before_header='%s (running)' % self.spec.name, after_header='%s (stopped)' % self.spec.name
         )
@@ -1211,6 +1251,12 @@ class InstanceRun:
             write_private(self.instance.secret_file, secret_config(spec.secret_flags), uid, gid)
         else:
             remove(self.instance.secret_file)
+        # Not a secret, but read by the server at start: private like the other files, owned by its user.
+        adaptive = spec.adaptive_text
+        if adaptive is not None:
+            write_private(self.instance.adaptive_file, adaptive, uid, gid)
+        else:
+            remove(self.instance.adaptive_file)
 
     def start(self, spec: InstanceSpec) -> dict:
         params = spec.params
@@ -1332,7 +1378,14 @@ class InstanceRun:
             for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
                 if spec.speculative[key] is not None and running[key] != spec.speculative[key]:
                     differ.append('speculative.%s: asked %s, SGLang runs %s' % (key, spec.speculative[key], running[key]))
+            if bool(spec.speculative.get('adaptive')) != bool(running.get('adaptive')):
+                differ.append(
+                    'speculative.adaptive: asked %s, SGLang runs %s (it falls back to static parameters silently; its log says why)'
+                    % (bool(spec.speculative.get('adaptive')), bool(running.get('adaptive')))
+                )
         self.result['new'] = dict((k, running[k]) for k in ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens'))
+        if running.get('adaptive'):
+            self.result['new']['adaptive'] = True
         if differ:
             raise LaunchError('the server %s started, but SGLang resolved the speculative parameters differently: %s' % (spec.name, '; '.join(differ)))
 

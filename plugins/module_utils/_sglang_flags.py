@@ -81,6 +81,8 @@ MANAGED_FLAGS = {
     "--speculative-num-steps": "speculative.num_steps",
     "--speculative-eagle-topk": "speculative.eagle_topk",
     "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
+    "--speculative-adaptive": "speculative.adaptive",
+    "--speculative-adaptive-config": "speculative.adaptive_config",
 }
 
 # Every speculative-decoding setting goes through the module's speculative option, where the rules of

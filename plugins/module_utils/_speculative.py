@@ -17,6 +17,8 @@ flag table, _sglang_flags_data.py, so they are written down once.
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags_data import (
     SGLANG_VERSION,
     SPECULATIVE_ALGORITHM_DOCUMENTED,
@@ -67,6 +69,18 @@ NGRAM_DEFAULT_MAX_BFS_BREADTH = 10
 DSPARK_DEFAULT_GAMMA = 7
 UNO_MAX_VERIFY_WIDTH = 128
 UNO_MAX_FRONTIER_SLOTS = 2048
+
+# Runtime-adaptive speculation (--speculative-adaptive): SGLang runs it only for these algorithms (after
+# NEXTN becomes EAGLE) with eagle_topk 1, and otherwise falls back to static parameters with a log warning.
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+# Flags that make SGLang fall back to static parameters too (attention data parallelism, the multi-layer
+# EAGLE worker, two-batch overlap, PD multiplexing).
+ADAPTIVE_FALLBACK_FLAGS = ("--enable-dp-attention", "--enable-multi-layer-eagle", "--enable-two-batch-overlap", "--enable-pdmux")
+# The candidate step tiers SGLang uses without --speculative-adaptive-config, by batch-size slot (a batch is
+# routed to the largest slot at or below its size, the smallest slot below that).
+ADAPTIVE_DEFAULT_CANDIDATES = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
+# The tuning knobs of a slot; at the top level of the config they are the defaults of every slot.
+ADAPTIVE_KNOBS = ("ema_alpha", "update_interval", "warmup_batches", "up_hysteresis", "down_hysteresis", "ceiling_coeff")
 
 # What a draft model path means to each algorithm.
 DRAFT_REQUIRED = "required"
@@ -140,6 +154,82 @@ def auto_params(algorithm, model_architecture=None):
     return AUTO_PARAMS_BY_ARCHITECTURE.get(model_architecture, AUTO_PARAMS_DEFAULT)
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_adaptive_config(config, field="speculative.adaptive_config"):
+    """Check a --speculative-adaptive-config mapping as SGLang 0.5.23 reads it, and return it normalized.
+
+    SGLang reads the batch-size slots (keys of decimal digits, each with a non-empty list ``candidate_steps``
+    of non-negative whole numbers) and the tuning knobs, at the top level (defaults of every slot) or in a
+    slot; it skips any other key without a word. Here every other key is refused, and so are knobs that are
+    not numbers in their range (SGLang would fail on them while serving, or divide by zero). Integer keys
+    (what YAML makes of ``1:``) become the strings SGLang reads. Returns (config with string keys, the sorted
+    union of the candidate steps).
+    """
+    if not isinstance(config, dict):
+        raise SpeculativeError(field, config, "is not a mapping of batch sizes to candidate steps")
+    normalized = {}
+    slots = {}
+    for key, entry in config.items():
+        if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+            key = str(key)
+        if isinstance(key, str) and key.isascii() and key.isdigit():
+            if key != str(int(key)):
+                raise SpeculativeError(field, key, "is not allowed as a batch size; write %s (SGLang reads both as the same slot)" % int(key))
+            if int(key) in slots:
+                raise SpeculativeError(field, key, "names a batch size twice")
+            slots[int(key)] = _adaptive_slot("%s.%s" % (field, key), entry)
+            normalized[key] = slots[int(key)]
+        elif key in ADAPTIVE_KNOBS:
+            normalized[key] = _adaptive_knob("%s.%s" % (field, key), key, entry)
+        else:
+            raise SpeculativeError(
+                field,
+                key,
+                "is not a key SGLang %s reads (it would skip it): use batch sizes such as \"1\" and \"8\", each with candidate_steps, "
+                "or the knobs %s" % (SGLANG_VERSION, ", ".join(ADAPTIVE_KNOBS)),
+            )
+    if not slots:
+        raise SpeculativeError(field, config, "holds no batch size; SGLang needs at least one, for example {\"1\": {\"candidate_steps\": [1, 3, 7]}}")
+    steps = sorted(set(step for slot in slots.values() for step in slot["candidate_steps"]))
+    return normalized, steps
+
+
+def _adaptive_slot(field, entry):
+    if not isinstance(entry, dict):
+        raise SpeculativeError(field, entry, "is not a mapping with candidate_steps")
+    slot = {}
+    for key, value in entry.items():
+        if key == "candidate_steps":
+            if not isinstance(value, list) or not value or not all(isinstance(step, int) and not isinstance(step, bool) and step >= 0 for step in value):
+                raise SpeculativeError(field + ".candidate_steps", value, "is not allowed; SGLang needs a non-empty list of whole numbers of 0 or more")
+            slot[key] = list(value)
+        elif key in ADAPTIVE_KNOBS:
+            slot[key] = _adaptive_knob("%s.%s" % (field, key), key, value)
+        else:
+            raise SpeculativeError(field, key, "is not a key of a batch-size slot; use candidate_steps and the knobs %s" % ", ".join(ADAPTIVE_KNOBS))
+    if "candidate_steps" not in slot:
+        raise SpeculativeError(field + ".candidate_steps", None, "is not allowed: every batch-size slot needs its candidate steps")
+    return slot
+
+
+def _adaptive_knob(field, name, value):
+    if name in ("update_interval", "warmup_batches"):
+        minimum = 1 if name == "update_interval" else 0
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise SpeculativeError(field, value, "is not allowed; it must be a whole number of at least %d" % minimum)
+        return value
+    if not _is_number(value):
+        raise SpeculativeError(field, value, "is not a number")
+    if name == "ema_alpha" and not 0 < value <= 1:
+        raise SpeculativeError(field, value, "is out of range; the weight of the newest batch must be above 0 and at most 1")
+    if name == "ceiling_coeff" and value < 0:
+        raise SpeculativeError(field, value, "is out of range; it must be 0 (no ceiling) or more")
+    return value
+
+
 def _as_count(field, value, minimum=1):
     if value is None:
         return None
@@ -195,6 +285,9 @@ def resolve(
     max_running_requests=None,
     model_architecture=None,
     ngram_max_bfs_breadth=None,
+    adaptive=None,
+    adaptive_config=None,
+    adaptive_fallback_flags=(),
     strict=True,
     field_prefix="speculative",
 ):
@@ -206,7 +299,12 @@ def resolve(
     Returns a dict: enabled, algorithm (as asked, upper-cased), effective_algorithm, draft_model_path,
     draft_model_policy, num_steps, eagle_topk, num_draft_tokens (None where SGLang decides from a
     checkpoint or architecture not known here), params_source ("user", "auto" or "sglang"),
-    max_running_requests, corrections {name: {requested, effective}}, warnings [str].
+    max_running_requests, adaptive (whether SGLang runs runtime-adaptive speculation), adaptive_config
+    (the config mapping, normalized, or None for SGLang's default tiers), adaptive_candidate_steps (the union of
+    the tiers, or None), corrections {name: {requested, effective}}, warnings [str].
+
+    adaptive_fallback_flags: the server flags given that make SGLang fall back to static parameters
+    (ADAPTIVE_FALLBACK_FLAGS that are set).
     """
     out = _Outcome(field_prefix, strict)
     requested = normalize_algorithm(algorithm, out.field("algorithm"))
@@ -217,6 +315,9 @@ def resolve(
     breadth = _as_count("ngram_max_bfs_breadth", ngram_max_bfs_breadth)
     if draft_model_path is not None and not (isinstance(draft_model_path, str) and draft_model_path.strip()):
         raise SpeculativeError(out.field("draft_model_path"), draft_model_path, "is not a path or a model name")
+    if adaptive is not None and not isinstance(adaptive, bool):
+        raise SpeculativeError(out.field("adaptive"), adaptive, "is not true or false")
+    config, candidates = (None, None) if adaptive_config is None else check_adaptive_config(adaptive_config, out.field("adaptive_config"))
 
     result = {
         "enabled": requested is not None,
@@ -229,15 +330,28 @@ def resolve(
         "num_draft_tokens": draft_tokens,
         "params_source": "user",
         "max_running_requests": max_running,
+        "adaptive": False,
+        "adaptive_config": None,
+        "adaptive_candidate_steps": None,
         "corrections": out.corrections,
         "warnings": out.warnings,
     }
     if requested is None:
-        for name, value in (("draft_model_path", draft_model_path), ("num_steps", steps), ("eagle_topk", topk), ("num_draft_tokens", draft_tokens)):
+        for name, value in (
+            ("draft_model_path", draft_model_path),
+            ("num_steps", steps),
+            ("eagle_topk", topk),
+            ("num_draft_tokens", draft_tokens),
+            ("adaptive", True if adaptive else None),
+            ("adaptive_config", config),
+        ):
             if value is not None:
                 out.ignored(name, value, "%s is not set" % out.field("algorithm"))
         result.update(draft_model_path=None, num_steps=None, eagle_topk=None, num_draft_tokens=None, params_source=None)
         return result
+    if config is not None and not adaptive:
+        out.ignored("adaptive_config", config, "SGLang reads it only with %s true" % out.field("adaptive"))
+        config = candidates = None
 
     algo = result["effective_algorithm"]
     policy = draft_model_policy(algo, model_architecture)
@@ -255,6 +369,19 @@ def resolve(
         out.ignored("draft_model_path", draft_model_path, "%s drafts without a draft model" % requested)
         result["draft_model_path"] = None
 
+    if adaptive:
+        adaptive = _adaptive_runs(out, result, adaptive_fallback_flags)
+    if adaptive:
+        # SGLang skips its automatic choice under adaptive and needs the starting steps to be one of the tiers.
+        if result["num_steps"] is None:
+            raise SpeculativeError(
+                out.field("num_steps"),
+                None,
+                "is not allowed with %s true: give the steps adaptive speculation starts from (eagle_topk 1), one of the candidate steps %s"
+                % (out.field("adaptive"), candidates or _default_candidates()),
+            )
+        if topk is None:
+            result["eagle_topk"] = 1
     if algo in EAGLE_FAMILY:
         _resolve_eagle_family(out, result, requested, model_architecture)
     elif algo == "NGRAM":
@@ -264,9 +391,40 @@ def resolve(
     elif algo == "UNO":
         _resolve_uno(out, result)
 
+    if adaptive:
+        tiers = candidates or _default_candidates()
+        if result["num_steps"] not in tiers:
+            raise SpeculativeError(
+                out.field("num_steps"),
+                result["num_steps"],
+                "is not allowed with %s true; SGLang refuses to start unless it is one of the candidate steps %s%s"
+                % (out.field("adaptive"), tiers, "" if candidates else " (its default tiers, no adaptive_config given)"),
+            )
+        result.update(adaptive=True, adaptive_config=config, adaptive_candidate_steps=tiers)
+
     if algo in MAX_RUNNING_REQUESTS_ALGORITHMS and max_running is None:
         result["max_running_requests"] = DEFAULT_MAX_RUNNING_REQUESTS
     return result
+
+
+def _default_candidates():
+    return sorted(set(step for steps in ADAPTIVE_DEFAULT_CANDIDATES.values() for step in steps))
+
+
+def _adaptive_runs(out, result, fallback_flags):
+    """Whether SGLang really runs adaptive speculation here; strict refuses its silent fallback to static."""
+    algo, topk = result["effective_algorithm"], result["eagle_topk"]
+    reason = None
+    if algo not in ADAPTIVE_ALGORITHMS:
+        reason = "it runs adaptive speculation only for EAGLE, EAGLE3 and NEXTN, not %s, and falls back to static parameters" % result["algorithm"]
+    elif topk is not None and topk != 1:
+        reason = "it runs adaptive speculation only with eagle_topk 1 (%s is %d), and falls back to static parameters" % (out.field("eagle_topk"), topk)
+    elif fallback_flags:
+        reason = "it does not run adaptive speculation with %s, and falls back to static parameters" % ", ".join(fallback_flags)
+    if reason is None:
+        return True
+    out.correct("adaptive", True, False, reason)
+    return False
 
 
 def _resolve_eagle_family(out, result, requested, model_architecture):

@@ -163,7 +163,8 @@ instances:
       type: float
       sample: 41.7
     speculative:
-      description: The speculative parameters SGLang runs, from C(/server_info); null when it did not answer.
+      description: The speculative parameters SGLang runs, from C(/server_info), with C(adaptive=true) when it runs
+        runtime-adaptive speculation (C(num_steps) is then where it started); null when it did not answer.
       type: dict
       sample: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
     version:

@@ -135,6 +135,33 @@ options:
             description: C(--speculative-num-draft-tokens). With C(eagle_topk=1) SGLang forces it to
               C(num_steps) + 1.
             type: int
+          adaptive:
+            description:
+              - C(--speculative-adaptive), runtime-adaptive speculation. SGLang then picks the number of steps
+                of each verify cycle among candidate tiers, per batch-size slot, from a moving average of the
+                drafts accepted; O(instances[].speculative.num_steps) is where it starts and must be one of the
+                tiers.
+              - SGLang 0.5.23 runs it only with C(EAGLE), C(EAGLE3) or C(NEXTN) and C(eagle_topk=1), and not with
+                C(--enable-dp-attention), C(--enable-multi-layer-eagle), C(--enable-two-batch-overlap) or
+                C(--enable-pdmux); otherwise it falls back to static parameters with a log line only. With
+                O(instances[].strict=true) such a setting is refused; with V(false) it is turned off with a warning.
+              - After the start the module reads C(speculative_adaptive) back from C(/server_info) and fails the
+                instance when SGLang does not run it.
+            type: bool
+          adaptive_config:
+            description:
+              - The candidate tiers and tuning knobs of adaptive speculation, as the mapping SGLang reads from
+                C(--speculative-adaptive-config). Keys are batch sizes (V(1), V(8), ...; a batch goes to the
+                largest slot at or below its size), each a mapping with C(candidate_steps), a non-empty list of
+                whole numbers of 0 or more (V(0) turns drafting off at that load), and optionally the knobs
+                C(ema_alpha), C(update_interval), C(warmup_batches), C(up_hysteresis), C(down_hysteresis) and
+                C(ceiling_coeff), which may also stand at the top level as the defaults of every slot.
+              - Any other key is refused (SGLang would skip it without a word). Left out, SGLang uses its own
+                tiers (steps 1, 3, 5, 7 at batch size 1; 0, 1, 3 from 8; 0, 1 from 32; 0 from 64).
+              - Written as JSON to C(<state_dir>/<name>.adaptive.json), mode C(0600), owned by the server's user,
+                and part of the configuration, so a change relaunches the server.
+              - Refused without O(instances[].speculative.adaptive=true).
+            type: dict
       strict:
         description:
           - V(true) refuses speculative settings that SGLang would silently change or ignore (such as
@@ -644,6 +671,8 @@ INSTANCE_OPTIONS: dict[str, dict] = dict(
             num_steps=dict(type='int'),
             eagle_topk=dict(type='int'),
             num_draft_tokens=dict(type='int', no_log=False),
+            adaptive=dict(type='bool'),
+            adaptive_config=dict(type='dict'),
         ),
     ),
     strict=dict(type='bool', default=True),

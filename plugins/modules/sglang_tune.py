@@ -95,6 +95,11 @@ options:
         C(adaptive), C(apply), C(apply_concurrency), C(run_dir), C(slo) (C(ttft_ms), C(tpot_ms), C(e2e_ms) per request
         and C(attainment), the share of requests that must meet them, default 0.99), C(search) (V(grid) or
         V(racing)), C(max_trials), C(load_search) (C(min), C(max), C(max_levels), C(finalists)).
+      - C(runtime_adaptive) (V([false, true]) adds one point per algorithm, topk and environment variant that runs
+        SGLang's C(--speculative-adaptive), starting from the middle of its step tiers; also a key of C(points)) and
+        C(adaptive_config) (the tiers, as the O(gpufleet.sglang.sglang_launch#module:instances[].speculative.adaptive_config)
+        option takes them). Not to be confused with C(adaptive), which skips the points the step arithmetic says cannot
+        win.
     type: dict
     default: {}
   hosts:
@@ -202,7 +207,7 @@ speculative:
   description: With V(next), the trial's speculative parameters for M(gpufleet.sglang.sglang_launch); null for the baseline.
   returned: when operation is next
   type: dict
-  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}
+  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3, adaptive: false, adaptive_config: null}
 winner:
   description: With V(report), the winner at the concurrency C(apply) uses, with its speculative parameters and
     environment variant; null when nothing was measured.
@@ -238,6 +243,12 @@ load_search:
   type: list
   elements: dict
   sample: [{point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, host: node-a, highest: 24, lowest_violating: 32, good_tok_s: 812.3, done: true}]
+adaptive:
+  description: With V(report), per concurrency level, whether each runtime-adaptive point beats the best static point
+    (C(point), C(against), C(verdict) one of V(yes), V(no), V(cannot tell), C(why)); empty without adaptive points.
+  returned: when operation is report
+  type: dict
+  sample: {'1': [{point: 'EAGLE-3-1-4-adaptive@default', against: 'EAGLE-3-1-4@default', verdict: cannot tell, why: 'host-adjusted intervals overlap'}]}
 run_dir:
   description: With V(report), the run directory.
   returned: when operation is report

@@ -29,7 +29,7 @@ import random
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
-from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import ADAPTIVE_DEFAULT_CANDIDATES, SpeculativeError, check_adaptive_config, resolve
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_dataset
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._extra_vars import look_alikes
 
@@ -51,6 +51,8 @@ GRID_KEYS = (
     'search',
     'max_trials',
     'load_search',
+    'runtime_adaptive',
+    'adaptive_config',
 )
 # grid: every trial of the plan; racing: a point whose interval falls clear below the leader's stops being measured.
 SEARCHES = ('grid', 'racing')
@@ -75,7 +77,7 @@ MAX_SLO_MS = 1e7
 BENCHMARK_DEFAULTS = dict(
     input_len=1024, output_len=1024, num_prompts=200, concurrency=[1], warmup_requests=1, range_ratio=0.0, timeout=3600.0, dataset_name='random'
 )
-POINT_KEYS = ('algorithm', 'steps', 'topk', 'draft_tokens', 'environment')
+POINT_KEYS = ('algorithm', 'steps', 'topk', 'draft_tokens', 'environment', 'runtime_adaptive')
 # Keys that look like grid keys but belong elsewhere, and where they go.
 ELSEWHERE = dict(
     extra_args='the sweep varies speculative parameters and environment variants only; give server flags in the inventory (sglang_server_extra_args)',
@@ -372,20 +374,70 @@ def slo_text(slo: dict | None) -> str:
 
 
 def point_id(point: dict) -> str:
-    """A short, stable name: ``baseline@env`` or ``EAGLE3-3-1-4@env``."""
+    """A short, stable name: ``baseline@env``, ``EAGLE3-3-1-4@env``, ``EAGLE-3-1-4-adaptive@env`` (runtime-adaptive,
+    starting from 3/1/4)."""
     if not point['algorithm']:
         return 'baseline@%s' % point['environment']
-    return '%s-%s-%s-%s@%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'], point['environment'])
+    adaptive = '-adaptive' if point.get('adaptive') else ''
+    return '%s-%s-%s-%s%s@%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'], adaptive, point['environment'])
 
 
 def label(point: dict) -> str:
-    """How tables show a point: ``EAGLE3 3/1/4`` (steps/topk/draft tokens), ``baseline``; env variant appended."""
-    text = 'baseline' if not point['algorithm'] else '%s %s/%s/%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
+    """How tables show a point: ``EAGLE3 3/1/4`` (steps/topk/draft tokens), ``baseline``, ``EAGLE adaptive (from
+    3/1/4)`` (SGLang picks the steps at run time, starting there); env variant appended."""
+    if not point['algorithm']:
+        text = 'baseline'
+    elif point.get('adaptive'):
+        text = '%s adaptive (from %s/%s/%s)' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
+    else:
+        text = '%s %s/%s/%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
     return text if point['environment'] == DEFAULT_ENVIRONMENT else '%s %s' % (text, point['environment'])
 
 
-def resolve_point(algorithm, steps, topk, draft_tokens, draft_model_path, environment: str, field: str) -> dict:
-    """One point through SGLang's rules as a relaunch checks it (strict); raises SpeculativeError."""
+def adaptive_start(config: dict | None) -> int:
+    """The steps an adaptive point starts from when the grid gives none: the middle of the candidate tiers (all
+    slots together), which is what SGLang itself picks when --speculative-num-steps is left out; given explicitly,
+    so that the command line says what runs."""
+    if config is None:
+        tiers = sorted(set(step for steps in ADAPTIVE_DEFAULT_CANDIDATES.values() for step in steps))
+    else:
+        tiers = check_adaptive_config(config)[1]
+    positive = [step for step in tiers if step > 0]
+    start = tiers[len(tiers) // 2]
+    # A start of 0 steps is no speculative launch the collection can ask for: the smallest drafting tier instead.
+    return start if start > 0 else (positive[0] if positive else 1)
+
+
+def resolve_point(algorithm, steps, topk, draft_tokens, draft_model_path, environment: str, field: str, adaptive: bool = False, adaptive_config=None) -> dict:
+    """One point through SGLang's rules as a relaunch checks it (strict); raises SpeculativeError.
+
+    ``adaptive``: a runtime-adaptive point (SGLang's --speculative-adaptive with ``adaptive_config``'s tiers, or its
+    own); ``steps`` is where it starts (the middle tier when None)."""
+    if adaptive:
+        if steps is None:
+            steps = adaptive_start(adaptive_config)
+        if isinstance(draft_tokens, str) and draft_tokens.strip().lower() == AUTO:
+            draft_tokens = None  # adaptive speculation runs steps + 1 at every tier; topk 1 fills it in
+        resolved = resolve(
+            algorithm=algorithm,
+            draft_model_path=draft_model_path,
+            num_steps=steps,
+            eagle_topk=topk,
+            num_draft_tokens=draft_tokens,
+            adaptive=True,
+            adaptive_config=adaptive_config,
+            strict=True,
+            field_prefix=field,
+        )
+        return dict(
+            algorithm=resolved['algorithm'],
+            num_steps=resolved['num_steps'],
+            eagle_topk=resolved['eagle_topk'],
+            num_draft_tokens=resolved['num_draft_tokens'],
+            environment=environment,
+            adaptive=True,
+            adaptive_config=resolved['adaptive_config'],
+        )
     if isinstance(draft_tokens, str) and draft_tokens.strip().lower() == AUTO:
         # "auto" stands for the one value SGLang's rules allow; where they allow several, there is none.
         probe = resolve(algorithm=algorithm, draft_model_path=draft_model_path, num_steps=steps, eagle_topk=topk, num_draft_tokens=1, strict=False)
@@ -461,21 +513,51 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     topk_list = _as_list(grid.get('topk')) or [1]
     draft_list = _as_list(grid.get('draft_tokens')) or [AUTO]
     explicit = _as_list(grid.get('points'))
-    if not steps_list and not explicit:
+    runtime = []
+    for value in _as_list(grid.get('runtime_adaptive')) or [False]:
+        flag = _truth('runtime_adaptive', value, problems)
+        if flag not in runtime:
+            runtime.append(flag)
+    if not steps_list and not explicit and True not in runtime:
         problems.append('steps: give a list of speculative steps (and/or points); the baseline alone is no sweep')
+    tiers = grid.get('adaptive_config')
+    if tiers is not None:
+        try:
+            check_adaptive_config(tiers, 'adaptive_config')
+        except SpeculativeError as exc:
+            problems.append(str(exc))
+            tiers = None
 
     candidates = []
-    for index, (algo, steps, topk, draft, env) in enumerate(itertools.product(algorithms, steps_list, topk_list, draft_list, envs)):
-        candidates.append(
-            (
-                'grid point %d (algorithm %s, steps %s, topk %s, draft_tokens %s, environment %s)' % (index + 1, algo, steps, topk, draft, env),
-                algo,
-                steps,
-                topk,
-                draft,
-                env,
+    if False in runtime:
+        for index, (algo, steps, topk, draft, env) in enumerate(itertools.product(algorithms, steps_list, topk_list, draft_list, envs)):
+            candidates.append(
+                (
+                    'grid point %d (algorithm %s, steps %s, topk %s, draft_tokens %s, environment %s)' % (index + 1, algo, steps, topk, draft, env),
+                    algo,
+                    steps,
+                    topk,
+                    draft,
+                    env,
+                    False,
+                )
             )
-        )
+    if True in runtime:
+        # One adaptive point per family (algorithm, topk, environment), not one per steps: SGLang's steps are only
+        # where its controller starts, and after its warm-up each batch-size slot picks its tier from what is
+        # accepted, so the same controller would be measured once per start.
+        for index, (algo, topk, env) in enumerate(itertools.product(algorithms, topk_list, envs)):
+            candidates.append(
+                (
+                    'grid adaptive point %d (algorithm %s, runtime_adaptive true, topk %s, environment %s)' % (index + 1, algo, topk, env),
+                    algo,
+                    None,
+                    topk,
+                    AUTO,
+                    env,
+                    True,
+                )
+            )
     for index, entry in enumerate(explicit):
         if not isinstance(entry, dict):
             problems.append('points[%d]: %r is not a mapping' % (index, entry))
@@ -487,9 +569,18 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
             problems.append('points[%d].environment: %r is not one of the environment variants %s' % (index, wanted, ', '.join(envs)))
             continue
         # Without an environment, an explicit point is measured in every variant, as the grid's product is.
+        flag = _truth('points[%d].runtime_adaptive' % index, entry.get('runtime_adaptive', False), problems)
         for env in [str(wanted)] if wanted is not None else list(envs):
             candidates.append(
-                ('points[%d]' % index, entry.get('algorithm', algorithms[0]), entry.get('steps'), entry.get('topk', 1), entry.get('draft_tokens', AUTO), env)
+                (
+                    'points[%d]' % index,
+                    entry.get('algorithm', algorithms[0]),
+                    entry.get('steps'),
+                    entry.get('topk', 1),
+                    entry.get('draft_tokens', AUTO),
+                    env,
+                    flag,
+                )
             )
 
     points: list[dict] = []
@@ -501,12 +592,12 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         base['id'] = point_id(base)
         points.append(base)
         seen.add(base['id'])
-    for where, algo, steps, topk, draft, env in candidates:
+    for where, algo, steps, topk, draft, env, runs_adaptive in candidates:
         if algo in (None, '') or (isinstance(algo, str) and algo.strip().lower() in ('none', 'baseline')):
             problems.append('%s: algorithm %r: the baseline without speculation is always included; list speculative algorithms only' % (where, algo))
             continue
         try:
-            point = resolve_point(algo, steps, topk, draft, draft_model_path, env, 'speculative')
+            point = resolve_point(algo, steps, topk, draft, draft_model_path, env, 'speculative', runs_adaptive, tiers)
         except SpeculativeError as exc:
             problems.append('%s: %s' % (where, exc))
             continue
@@ -517,6 +608,8 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         if point['id'] not in seen:
             seen.add(point['id'])
             points.append(point)
+    if grid.get('adaptive_config') is not None and not any(p.get('adaptive') for p in points):
+        problems.append('adaptive_config: gives the tiers of runtime-adaptive points, and the grid has none (runtime_adaptive: [false, true] adds them)')
     if problems:
         raise GridError(problems)
     return dict(

@@ -61,6 +61,7 @@ def level_series(rows: list[dict], concurrency: int, slo: dict | None) -> dict:
     ``baselines`` lists each environment's baseline (``environment``, ``median``, ``id``)."""
     families: dict[tuple, list] = {}
     baselines = []
+    adaptive = []
     for row in rows:
         st = ranked_stats(row, slo)
         if row['concurrency'] != concurrency or not st:
@@ -68,6 +69,10 @@ def level_series(rows: list[dict], concurrency: int, slo: dict | None) -> dict:
         point = row['point']
         if not point['algorithm']:
             baselines.append(dict(environment=point['environment'], median=st['median'], id=row['id']))
+            continue
+        if point.get('adaptive'):
+            # No fixed steps (the server picks its tier as it goes): a level line, like the baseline's.
+            adaptive.append(dict(label=row['label'], median=st['median'], id=row['id']))
             continue
         families.setdefault(family_of(point), []).append(
             dict(
@@ -83,7 +88,8 @@ def level_series(rows: list[dict], concurrency: int, slo: dict | None) -> dict:
     for members in families.values():
         members.sort(key=lambda m: m['steps'])
     baselines.sort(key=lambda b: b['environment'])
-    return dict(families=families, baselines=baselines)
+    adaptive.sort(key=lambda a: a['label'])
+    return dict(families=families, baselines=baselines, adaptive=adaptive)
 
 
 def users(concurrency: int, num_prompts: int | None) -> int:
@@ -177,7 +183,7 @@ def _colours(pyplot, keys: list) -> dict:
 
 
 def all_families(rows: list[dict]) -> list[tuple]:
-    return sorted(set(family_of(r['point']) for r in rows if r['point']['algorithm']), key=str)
+    return sorted(set(family_of(r['point']) for r in rows if r['point']['algorithm'] and not r['point'].get('adaptive')), key=str)
 
 
 def png(figure) -> bytes:
@@ -244,7 +250,18 @@ def levels_figure(rows: list[dict], levels: list[int], slo: dict | None, winners
                 fontsize=7,
                 va='bottom',
             )
-        if not series['families'] and not series['baselines']:
+        for number, level in enumerate(series['adaptive']):
+            axis.axhline(level['median'], color='grey', linestyle='-.', linewidth=1)
+            mark = ' (winner)' if level['id'] == winners.get(concurrency) else ''
+            axis.annotate(
+                '%s %.1f%s' % (level['label'], level['median'], mark),
+                xy=(0.5 + 0.25 * (number % 2), level['median']),
+                xycoords=('axes fraction', 'data'),
+                fontsize=7,
+                va='top',
+                color='dimgrey',
+            )
+        if not series['families'] and not series['baselines'] and not series['adaptive']:
             axis.text(0.5, 0.5, 'nothing measured', transform=axis.transAxes, ha='center', va='center', fontsize=9)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title('concurrency %d' % concurrency, fontsize=10)

@@ -72,6 +72,8 @@ SUMMARY_COLUMNS = (
     'paired_ratio_median',
     'paired_ratio_ci95_low',
     'paired_ratio_ci95_high',
+    'runtime_adaptive',
+    'adaptive_against_best_static',
 )
 
 
@@ -205,7 +207,8 @@ def families(rows: list[dict], concurrency: int) -> dict[tuple, dict]:
     groups: dict[tuple, list] = {}
     for row in rows:
         point = row['point']
-        if row['concurrency'] != concurrency or not point['algorithm']:
+        # A runtime-adaptive point has no fixed chain: it is no point of a family's curve.
+        if row['concurrency'] != concurrency or not point['algorithm'] or point.get('adaptive'):
             continue
         key = (point['algorithm'], point['eagle_topk'], point['environment'])
         groups.setdefault(key, []).append(row)
@@ -229,8 +232,8 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     fed with the family's measurements at the concurrency apply uses, predicts its tok/s; when that prediction stays
     below the best median measured in the family (or the baseline), the point is skipped.
     """
-    if not point.get('algorithm'):
-        return None
+    if not point.get('algorithm') or point.get('adaptive'):
+        return None  # an adaptive point's steps are only its start: the chain model says nothing of it
     concurrency = plan['apply_concurrency']
     rows = aggregate(plan, trials)
     group = families(rows, concurrency).get((point['algorithm'], point['eagle_topk'], point['environment']))
@@ -273,6 +276,9 @@ def draft_flags(plan: dict, trials: list[dict]) -> dict[str, dict]:
     for trial in load_search.sweep_trials(trials):
         point = points.get(trial.get('point'))
         if point is None or not point['algorithm'] or point['algorithm'] in NO_DRAFT_MODEL or point['algorithm'] in flags:
+            continue
+        if point.get('adaptive'):
+            # Its accept length is that of the tiers it chose, and a tier of 0 steps drafts nothing by design.
             continue
         if trial.get('status') not in ('ok', 'failed') or not trial.get('levels'):
             continue
@@ -405,6 +411,93 @@ def choose_level(level_rows: list[dict], slo: dict | None) -> dict:
     return choice
 
 
+def adaptive_answers(level_rows: list[dict], slo: dict | None) -> list[dict]:
+    """Does runtime adaptivity beat the best static point at this level? One answer per adaptive point: ``verdict``
+    (``yes``, ``no`` or ``cannot tell``), ``why``, the adaptive ``row`` and the ``static`` row it is held to.
+
+    The best static point is the best of the others (the baseline included: at a high load no speculation can be
+    the best fixed choice), ranked as the winner is (choose_level, under an SLO among the points that meet it).
+    They are compared as the winner is compared: with the baseline by the adaptive point's paired ratio, with a
+    speculative point by their host-adjusted intervals; overlapping intervals, or too few runs for one, cannot tell.
+    """
+    answers = []
+    for mine in [r for r in level_rows if r['point'].get('adaptive') and r['stats']]:
+        static_rows = [r for r in level_rows if not r['point'].get('adaptive')]
+        ours = next((r for r in choose_level([mine] + static_rows, slo)['ranked'] if r['id'] == mine['id']), None)
+        best = choose_level(static_rows, slo).get('winner')
+        if ours is None:
+            # Under an SLO the ranking holds only the points that meet it.
+            answers.append(
+                dict(row=mine, static=best, verdict='no', why='it does not meet the SLO (%s of its requests met it)' % _percent(mine.get('attainment')))
+            )
+            continue
+        if best is None:
+            answers.append(dict(row=mine, static=None, verdict='cannot tell', why='no static point was measured here (or meets the SLO)'))
+            continue
+        a, b = stats.compared(ours), stats.compared(best)
+        same_reference = not best['point']['algorithm'] and best['point']['environment'] == mine['point']['environment']
+        if same_reference and (ours.get('paired') or {}).get('ci_low') is not None:
+            ratio = ours['paired']
+            told = stats.beats_reference(ours)
+            figures = 'paired by host, its change against %s: %s' % (best['label'], _ratio_text(ratio))
+            tie = 'it includes no change'
+            better = ratio['median'] > 1.0
+        else:
+            told = stats.distinct(a, b)
+            kind = 'host-adjusted intervals' if ours.get('paired_stats') else 'intervals'
+            figures = '%s %s and %s' % (kind, _interval(a), _interval(b))
+            tie = 'they overlap'
+            better = a['median'] > b['median']
+        if told is None:
+            verdict, why = 'cannot tell', 'too few runs for an interval (%d are needed); more repeats would tell' % stats.MIN_FOR_INTERVAL
+        elif not told:
+            verdict, why = 'cannot tell', '%s: %s; more repeats would tell' % (figures, tie)
+        else:
+            verdict, why = ('yes' if better else 'no'), figures
+        answers.append(dict(row=mine, static=best, verdict=verdict, why=why))
+    return answers
+
+
+def _adaptive_section(decision: dict, unit: str) -> list[str]:
+    levels = decision.get('adaptive') or {}
+    if not levels:
+        return []
+    out = ['## Does runtime adaptivity beat the best static point?', '']
+    out.append(
+        'An adaptive point runs SGLang\'s `--speculative-adaptive`: each batch-size slot picks its steps among the candidate tiers '
+        'from the drafts it sees accepted, starting from the steps shown. It is held to the best static point of each level (the '
+        'baseline included), compared as the winner is.'
+    )
+    out.append('')
+    out.append('| concurrency | adaptive point | %s (median) | best static point | %s (median) | beats it? | why |' % (unit, unit))
+    out.append('| ---: | --- | ---: | --- | ---: | --- | --- |')
+    for concurrency, answers in levels.items():
+        for answer in answers:
+            static = answer['static']
+            out.append(
+                '| %d | %s | %s | %s | %s | **%s** | %s |'
+                % (
+                    concurrency,
+                    answer['row']['label'],
+                    _fmt(stats.compared(answer['row']).get('median')),
+                    static['label'] if static else '-',
+                    _fmt(stats.compared(static).get('median')) if static else '-',
+                    answer['verdict'],
+                    answer['why'],
+                )
+            )
+    out.append('')
+    for concurrency, answers in levels.items():
+        for answer in answers:
+            static = answer['static']
+            out.append(
+                'Runtime adaptivity at concurrency %d: %s against the best static point%s: %s.'
+                % (concurrency, answer['row']['label'], ', %s' % static['label'] if static else '', answer['verdict'])
+            )
+    out.append('')
+    return out
+
+
 def decide(plan: dict, rows: list[dict]) -> dict:
     """Winners per concurrency level and the one apply uses."""
     per_level = {}
@@ -412,7 +505,12 @@ def decide(plan: dict, rows: list[dict]) -> dict:
     for concurrency in plan['benchmark']['concurrency']:
         per_level[concurrency] = choose_level([r for r in rows if r['concurrency'] == concurrency], slo)
     applied = per_level.get(plan['apply_concurrency']) or {}
+    adaptive = {}
+    if any(p.get('adaptive') for p in plan['points']):
+        for concurrency in plan['benchmark']['concurrency']:
+            adaptive[concurrency] = adaptive_answers([r for r in rows if r['concurrency'] == concurrency], slo)
     return dict(
+        adaptive=adaptive,
         per_level=per_level,
         apply=applied.get('winner'),
         apply_concurrency=plan['apply_concurrency'],
@@ -433,6 +531,7 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
+    answers = dict(((a['row']['id'], c), a['verdict']) for c, level in (decision.get('adaptive') or {}).items() for a in level)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator='\n')
     writer.writerow(SUMMARY_COLUMNS)
@@ -477,6 +576,8 @@ def summary_csv(rows: list[dict], decision: dict, arithmetic: dict) -> str:
                 _fmt(row['paired'].get('median'), 4),
                 _fmt(row['paired'].get('ci_low'), 4),
                 _fmt(row['paired'].get('ci_high'), 4),
+                'yes' if point.get('adaptive') else 'no',
+                answers.get((row['id'], row['concurrency']), '-'),
             ]
         )
     return buffer.getvalue()
@@ -642,6 +743,7 @@ def report_markdown(plan: dict, fleet: dict, rows: list[dict], decision: dict, f
             % ('; '.join('%s at concurrency %d' % (w, c) for c, w in winners.items()), decision['apply_concurrency'])
         )
         lines.append('')
+    lines += _adaptive_section(decision, unit)
     lines += _why(fams, decision['apply_concurrency'])
     if loads:
         lines += load_section(plan, loads)
@@ -1077,6 +1179,11 @@ def winner_yaml(plan: dict, fleet: dict, decision: dict) -> str | None:
             lines.append('  draft_model_path: %s' % json.dumps(drafts[0]))
         for key in ('num_steps', 'eagle_topk', 'num_draft_tokens'):
             lines.append('  %s: %s' % (key, json.dumps(point[key])))
+        if point.get('adaptive'):
+            # Runtime-adaptive: SGLang picks the steps while serving, from these tiers (its own when none).
+            lines.append('  adaptive: true')
+            if point.get('adaptive_config') is not None:
+                lines.append('  adaptive_config: %s' % json.dumps(point['adaptive_config'], sort_keys=True))
     variant = plan['environments'].get(point['environment']) or {}
     if point['environment'] != DEFAULT_ENVIRONMENT and variant:
         lines.append("# The winner's environment variant %s, on top of the inventory's own sglang_server_environment:" % json.dumps(point['environment']))

@@ -377,3 +377,48 @@ def test_a_reused_session_id_is_never_signalled(host, sglang):
 def test_info_refuses_a_name_that_is_a_path(host, sglang):
     result = host.module('sglang_info', dict(names=['../llama'], state_dir=sglang['state_dir']))
     assert result['failed'] and result['msg'].startswith("names: '../llama' is not an instance name"), result
+
+
+def test_adaptive_speculation_is_passed_kept_private_and_part_of_the_configuration(host, sglang):
+    tiers = {'1': {'candidate_steps': [1, 3]}, 8: {'candidate_steps': [0, 1]}}
+    adaptive = dict(sglang, speculative=dict(sglang['speculative'], adaptive=True, adaptive_config=tiers))
+    first = host.launch(adaptive)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    path = os.path.join(sglang['state_dir'], 'llama.adaptive.json')
+    assert '--speculative-adaptive' in first['argv'] and first['argv'][first['argv'].index('--speculative-adaptive-config') + 1] == path
+    assert oct(os.stat(path).st_mode & 0o777) == '0o600'
+    with open(path, encoding='utf-8') as handle:
+        assert json.load(handle) == {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0, 1]}}
+    info = server_info(first)
+    assert info['speculative_adaptive'] is True and info['speculative_adaptive_config'] == path
+    assert first['speculative']['running'] == dict(algorithm='EAGLE', num_steps=3, eagle_topk=1, num_draft_tokens=4, adaptive=True)
+
+    again = host.launch(adaptive)
+    assert not again['changed'] and again['pid'] == first['pid']
+
+    changed = dict(adaptive, speculative=dict(adaptive['speculative'], adaptive_config={'1': {'candidate_steps': [1, 3, 5]}}))
+    check = run_playbook(host, changed, '--check', '--diff')
+    assert check.returncode == 0 and 'changed=1' in check.stdout, check.stdout + check.stderr
+    assert '[1, 3, 5]' in check.stdout and alive(first['pid'])
+    relaunch = host.launch(changed)
+    assert relaunch['changed'] and relaunch['pid'] != first['pid'], relaunch.get('msg')
+    with open(path, encoding='utf-8') as handle:
+        assert json.load(handle) == {'1': {'candidate_steps': [1, 3, 5]}}
+
+    static = host.launch(sglang)
+    assert static['changed'] and not static['failed'], static.get('msg')
+    assert '--speculative-adaptive' not in static['argv'] and not os.path.exists(path)
+    assert server_info(static)['speculative_adaptive'] is False
+
+
+def test_adaptive_that_sglang_would_not_run_is_refused_before_anything_stops(host, sglang):
+    first = host.launch(sglang)
+    assert first['changed'] and not first['failed'], first.get('msg')
+    tree = dict(sglang, speculative=dict(sglang['speculative'], eagle_topk=2, adaptive=True))
+    refused = host.launch(tree)
+    assert refused['failed'] and not refused['changed']
+    assert refused['msg'].startswith('instance llama: speculative.adaptive: True would be changed to False by SGLang')
+    assert 'eagle_topk 1' in refused['msg'] and alive(first['pid'])
+    bad = dict(sglang, speculative=dict(sglang['speculative'], adaptive=True, adaptive_config={'1': {'candidate_steps': [3, -1]}}))
+    refused = host.launch(bad)
+    assert refused['failed'] and 'speculative.adaptive_config.1.candidate_steps: [3, -1]' in refused['msg'] and alive(first['pid'])

@@ -98,6 +98,20 @@ CASES = [
     case('launch', 'steps-negative', ['speculative.num_steps', '-1'], inst=dict(speculative=dict(num_steps=-1))),
     case('launch', 'topk-mismatch-strict', ['num_draft_tokens', '7'], inst=dict(speculative=dict(num_draft_tokens=7))),
     case('launch', 'algorithm-unknown', ['algorithm', 'BOGUS'], inst=dict(speculative=dict(algorithm='BOGUS'))),
+    # Runtime-adaptive speculation where SGLang would fall back to static parameters silently, or refuse to start
+    case(
+        'launch',
+        'adaptive-topk-2',
+        ['speculative.adaptive', 'True', 'eagle_topk 1'],
+        inst=dict(speculative=dict(eagle_topk=2, num_draft_tokens=4, adaptive=True)),
+    ),
+    case(
+        'launch',
+        'adaptive-config-bad',
+        ['speculative.adaptive_config.1.candidate_steps', '[2, -1]'],
+        inst=dict(speculative=dict(adaptive=True, adaptive_config={'1': {'candidate_steps': [2, -1]}})),
+    ),
+    case('launch', 'adaptive-steps-not-a-tier', ['speculative.num_steps', '2', 'candidate steps'], inst=dict(speculative=dict(adaptive=True))),
     # ------------------------------------------------------------ gpu_kill
     case('kill', 'gpu-superscript-two', ['gpus', "'²'"], args=dict(gpus=['²'])),
     case('kill', 'gpu-9-missing', ['gpus', 'GPU 9'], args=dict(gpus=['9'])),

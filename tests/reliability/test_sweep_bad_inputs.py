@@ -124,6 +124,20 @@ GRIDS = [
     ),
     ('load-search-max-prompts', dict(slo=dict(ttft_ms=500), load_search=dict(max=64)), [], ['load_search.max: 64 is more than benchmark.num_prompts']),
     ('extra-var-load_search_max-text', {}, ['-e', 'slo={"ttft_ms": 500}', '-e', 'load_search=lots'], ["load_search.max: 'lots' is not a whole number"]),
+    # Runtime-adaptive points: SGLang would run a tree (topk 2) static without a word, and reads a bad config only
+    # once the old server is gone.
+    (
+        'grid-adaptive-topk-2',
+        dict(topk=[2], draft_tokens=[4], runtime_adaptive=[True]),
+        [],
+        ['runtime_adaptive true, topk 2', 'speculative.adaptive: True would be changed to False by SGLang', 'only with eagle_topk 1'],
+    ),
+    (
+        'grid-adaptive-config-bad',
+        dict(runtime_adaptive=[False, True], adaptive_config={'1': {'candidate_steps': [3, -1]}, 'alpha': 0.5}),
+        [],
+        ['adaptive_config.1.candidate_steps: [3, -1] is not allowed'],
+    ),
 ]
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sglang.simulator.speed import TokenPacer, repetitiveness
+from sglang.simulator.speed import TokenPacer, repetitiveness, speed_model_like
 from sglang.version import __version__
 
 logger = logging.getLogger("sglang.simulator.api")
@@ -176,6 +176,9 @@ class ServerState(object):
         self.last_spec_accept_length = 0.0
         self.last_spec_accept_rate = 0.0
         self.counters = {}  # (metric, is_streaming) -> value
+        # --speculative-adaptive: an adaptive.AdaptiveSteps that picks each cycle's steps by the batch decoding now
+        self.adaptive = None
+        self.step_models = {}  # steps -> SpeedModel of that chain, for adaptive cycles
 
     # -- request accounting ------------------------------------------------------------------
     @contextmanager
@@ -201,7 +204,30 @@ class ServerState(object):
             key = (metric, "true" if streaming else "false")
             self.counters[key] = self.counters.get(key, 0) + value
 
-    def record_cycle(self, tokens, cycle_seconds=None, batch=1):
+    def cycle_model(self, batch):
+        """The SpeedModel of the next cycle: the server's own, or under adaptive speculation the chain the slot of
+        ``batch`` runs now (no drafting at 0 steps)."""
+        if self.adaptive is None:
+            return self.speed
+        with self.lock:
+            steps = self.adaptive.steps_for(batch)
+            model = self.step_models.get(steps)
+            if model is None:
+                algorithm = self.speed.algorithm if steps > 0 else None
+                model = self.step_models[steps] = speed_model_like(self.speed, algorithm, steps)
+            return model
+
+    def adapt(self, tokens, model, batch):
+        """Feed one request's verify cycle to the adaptive controller; logs a change of steps as SGLang does."""
+        if self.adaptive is None:
+            return
+        with self.lock:
+            line = self.adaptive.observe(tokens - 1 if model.enabled else 0, batch)
+        if line:
+            logger.info("%s", line)
+
+    def record_cycle(self, tokens, cycle_seconds=None, batch=1, model=None):
+        model = model or self.speed
         with self.lock:
             if cycle_seconds:
                 # each request decodes in its own thread: one of its cycles is 1/batch of a batch step
@@ -219,7 +245,7 @@ class ServerState(object):
                 self.spec_forward_ct += 1
                 self.spec_accept_tokens += tokens
                 self.window_correct += tokens - 1
-                self.window_proposed += self.speed.num_draft_tokens - 1
+                self.window_proposed += model.num_draft_tokens - 1
 
     def log_interval(self):
         return max(int(self.args.get("decode_log_interval") or 40), 1) * self.speed.cycle_seconds()
@@ -288,12 +314,19 @@ class ServerState(object):
             with self.lock:
                 self.prefill_tokens_total += prompt_tokens
                 self.prefill_busy_us += int(prefill_s * 1e6)
-            pacer = TokenPacer(self.speed.accept_length(repetitiveness(prompt_text)), self.speed.depth + 1)
+            repetition = repetitiveness(prompt_text)
+            pacers = {}  # one per chain length: adaptive speculation changes it from cycle to cycle
+            proposed = 0
             deadline = time.monotonic()
             while len(ids) < max_new_tokens:
                 # each cycle at the pace of the batch decoding now (every running request is in it)
                 batch = max(self.running, 1)
-                cycle_s = self.speed.cycle_seconds(batch, self.host_factor * self.run_factor)
+                model = self.cycle_model(batch)
+                pacer = pacers.get(model.num_steps)
+                if pacer is None:
+                    pacer = pacers[model.num_steps] = TokenPacer(model.accept_length(repetition), model.depth + 1)
+                proposed += model.num_draft_tokens - 1
+                cycle_s = model.cycle_seconds(batch, self.host_factor * self.run_factor)
                 deadline += cycle_s
                 pause = deadline - time.monotonic()
                 if pause > 0:
@@ -305,7 +338,8 @@ class ServerState(object):
                 text.append(new_text)
                 cycles += 1
                 entry[1] = len(ids)
-                self.record_cycle(produced, cycle_s, batch)
+                self.record_cycle(produced, cycle_s, batch, model)
+                self.adapt(produced, model, batch)
                 if emit is not None:
                     emit(new_text, new_ids, len(ids) >= max_new_tokens)
         finally:
@@ -325,7 +359,6 @@ class ServerState(object):
             "e2e_latency": time.time() - began,
         }
         if self.speed.enabled and cycles:
-            proposed = cycles * (self.speed.num_draft_tokens - 1)
             correct = len(ids) - cycles
             meta.update(
                 {

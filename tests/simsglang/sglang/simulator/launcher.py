@@ -24,6 +24,7 @@ from multiprocessing import resource_tracker
 
 from sglang.simulator import api, config, workers
 from sglang.simulator import args as cli_args
+from sglang.simulator.adaptive import AdaptiveSteps
 from sglang.simulator.rules import speculative
 from sglang.simulator.speed import RunNoise, SpeedModel, host_factor
 
@@ -74,6 +75,10 @@ def _fail_before_start(message, kind="ValueError"):
     sys.exit(1)
 
 
+# Server arguments under which SGLang falls back from adaptive to static speculative parameters.
+ADAPTIVE_FALLBACK_ARGS = ("enable_dp_attention", "enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux")
+
+
 def resolve_speculative(server_args, settings):
     """Apply SGLang's speculative rules (the collection's _speculative.resolve) to server_args."""
     try:
@@ -87,6 +92,9 @@ def resolve_speculative(server_args, settings):
             model_architecture=settings["architecture"],
             ngram_max_bfs_breadth=server_args.get("speculative_ngram_max_bfs_breadth"),
             strict=False,
+            adaptive=server_args.get("speculative_adaptive"),
+            adaptive_config=server_args.get("speculative_adaptive_config"),
+            other_args=dict((k, server_args.get(k)) for k in ADAPTIVE_FALLBACK_ARGS),
         )
     except speculative.SpeculativeError as exc:
         _fail_before_start(str(exc))
@@ -104,7 +112,7 @@ def resolve_speculative(server_args, settings):
         else:
             logger.warning("Overriding speculative_%s=%s to %s.", name, change["requested"], change["effective"])
     for warning in result["warnings"]:
-        if "is ignored by SGLang" in warning:
+        if "is ignored by SGLang" in warning or warning.startswith("speculative_adaptive disabled"):
             logger.warning("%s", warning)
     if server_args.get("max_running_requests") is None and result["max_running_requests"] is not None:
         logger.warning(
@@ -121,6 +129,7 @@ def resolve_speculative(server_args, settings):
         speculative_eagle_topk=result["eagle_topk"],
         speculative_num_draft_tokens=result["num_draft_tokens"],
         max_running_requests=result["max_running_requests"],
+        speculative_adaptive=result["adaptive"],
     )
     return result
 
@@ -180,6 +189,10 @@ class Launcher(object):
         )
         identity = host_identity()
         self.state = api.ServerState(server_args, settings, speed, RunNoise(settings, identity, launch_index()), host_factor(settings, identity))
+        if server_args.get("speculative_adaptive"):
+            # resolve_speculative has read the config already: it loads here
+            self.state.adaptive = AdaptiveSteps(server_args["speculative_num_steps"], server_args.get("speculative_adaptive_config"))
+            logger.info("%s", self.state.adaptive.initialized)
         logger.debug("simsglang speed factors: host %.4f (identity %s), run-to-run noise %s", self.state.host_factor, identity, settings["noise"])
 
     # -- signals -----------------------------------------------------------------------------

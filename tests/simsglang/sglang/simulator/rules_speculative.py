@@ -23,7 +23,10 @@ when ``args`` holds them; the launcher's ``resolve`` passes only the speculative
 
 from __future__ import annotations
 
+import json
 import logging
+
+from sglang.simulator import adaptive
 
 # spec_info.SpeculativeAlgorithm's members and spec_registry's reserved alias, in the wheel's order.
 ALGORITHM_NAMES = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE")
@@ -141,6 +144,7 @@ class _Hook(object):
             if window is None:
                 raise Refused("--speculative-draft-sink-size requires --speculative-draft-window-size.")
         if name is None:
+            self.adaptive()
             return
         # SpeculativeAlgorithm.from_string, then its handle_server_args dispatch (NONE has no handler)
         if name not in ALGORITHM_NAMES:
@@ -157,6 +161,43 @@ class _Hook(object):
         }.get(name)
         if handler is not None:
             handler()
+        self.adaptive()
+
+    # -- --speculative-adaptive (after the algorithm's handler, as SGLang runs it) -----------------------------
+    def adaptive(self):
+        if not self.args.get("speculative_adaptive"):
+            return
+        name, topk = self.args.get("speculative_algorithm"), self.args.get("speculative_eagle_topk")
+        reason = None
+        if name not in ("EAGLE", "EAGLE3"):
+            reason = "speculative_algorithm=%s (only EAGLE/EAGLE3 are supported)" % name
+        elif topk is not None and topk != 1:
+            reason = "speculative_eagle_topk=%s (only topk=1 is supported)" % topk
+        elif self.args.get("enable_dp_attention"):
+            reason = "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+        else:
+            for flag in ("enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux"):
+                if self.args.get(flag):
+                    reason = "%s=True is not supported" % flag
+                    break
+        if reason is not None:
+            self.warn("speculative_adaptive disabled: %s. Falling back to static speculative params." % reason)
+            self.set(speculative_adaptive=False)
+            return
+        try:
+            candidates = adaptive.candidate_steps(self.args.get("speculative_adaptive_config"))
+        except OSError as exc:
+            raise Refused(str(exc), kind=type(exc).__name__) from None
+        except ValueError as exc:
+            raise Refused(str(exc), kind="JSONDecodeError" if isinstance(exc, json.JSONDecodeError) else "ValueError") from None
+        if topk is None:
+            self.set(speculative_eagle_topk=1)
+        if self.args.get("speculative_num_steps") is None:
+            self.set(speculative_num_steps=candidates[len(candidates) // 2])
+        steps = self.args["speculative_num_steps"]
+        if steps not in candidates:
+            raise Refused("--speculative-num-steps=%s is not in the adaptive config candidate_steps %s. Pass one of those values." % (steps, candidates))
+        self.set(speculative_num_draft_tokens=steps + 1)
 
     def default_max_running_requests(self):
         if self.args.get("max_running_requests") is None:
@@ -177,7 +218,8 @@ class _Hook(object):
                 self.warn("DeepSeek MTP does not require setting speculative_draft_model_path.")
         steps, topk = self.args.get("speculative_num_steps"), self.args.get("speculative_eagle_topk")
         draft_tokens = self.args.get("speculative_num_draft_tokens")
-        if steps is None:
+        if steps is None and not self.args.get("speculative_adaptive"):
+            # (with --speculative-adaptive SGLang leaves the choice to the adaptive hook that runs after this one)
             if topk is not None or draft_tokens is not None:
                 # an `assert` in _handle_eagle_family: the three go together when steps is left out
                 raise Refused(
@@ -431,9 +473,13 @@ def resolve(
     ngram_max_bfs_breadth=None,
     strict=False,
     model_path=None,
+    adaptive=False,
+    adaptive_config=None,
+    other_args=None,
 ):
     """Resolve the speculative flags alone and summarise: enabled, algorithm, effective_algorithm, the three
-    parameters, draft_model_path, max_running_requests, corrections {name: {requested, effective}}, warnings.
+    parameters, draft_model_path, max_running_requests, adaptive (whether adaptive speculation runs), corrections
+    {name: {requested, effective}}, warnings.
 
     Only the speculative arguments are known here, so the checks on the machine (device, attention backend,
     --uno-lora-path) are left out. ``strict`` is accepted for the launcher's sake and changes nothing: a
@@ -449,7 +495,11 @@ def resolve(
         "max_running_requests": max_running_requests,
         "speculative_ngram_max_bfs_breadth": ngram_max_bfs_breadth,
         "model_path": model_path,
+        "speculative_adaptive": bool(adaptive),
+        "speculative_adaptive_config": adaptive_config,
     }
+    # the flags that make SGLang fall back from adaptive speculation (attention DP and the like)
+    args.update((k, v) for k, v in (other_args or {}).items() if k not in args)
     requested = dict(args)
     records = handle_speculative_decoding(args, model_architecture)
     effective = args["speculative_algorithm"]
@@ -470,6 +520,7 @@ def resolve(
         "eagle_topk": args["speculative_eagle_topk"] if enabled else None,
         "num_draft_tokens": args["speculative_num_draft_tokens"] if enabled else None,
         "max_running_requests": args["max_running_requests"],
+        "adaptive": bool(args["speculative_adaptive"]) and enabled,
         "corrections": corrections,
         "warnings": [message for _level, message in records],
     }

@@ -150,6 +150,14 @@ class SpeedModel(object):
         return self.accept_length(repetition) / self.cycle_seconds(batch, factor)
 
 
+def speed_model_like(model, algorithm, num_steps):
+    """A chain (topk 1, steps + 1 draft tokens) of ``num_steps`` with ``model``'s speed keys; no speculation at 0 steps
+    (what adaptive speculation runs at a tier)."""
+    if not algorithm or not num_steps:
+        return SpeedModel(model.params)
+    return SpeedModel(model.params, algorithm, num_steps, 1, num_steps + 1)
+
+
 def repetitiveness(text):
     """R of a prompt: the share of its words that repeat an earlier word (0 for all-new words, near 1 for a
     line repeated over and over). Deterministic, from the text alone."""
@@ -209,14 +217,34 @@ def expected_throughput(config, concurrency=1, params=None, repetition=0.0):
     concurrency = max(int(concurrency), 1)
     cap = config.get("max_running_requests")
     batch = min(concurrency, int(cap)) if cap else concurrency
-    return batch * model_for(config, params).tokens_per_second(batch, repetition=repetition)
+    return batch * _model_at(config, batch, params, repetition).tokens_per_second(batch, repetition=repetition)
+
+
+def adaptive_steps(config, batch=1, params=None, repetition=0.0):
+    """The steps an adaptive configuration (``speculative_adaptive`` or ``adaptive`` true; ``adaptive_config`` a
+    mapping or a file, None for SGLang's tiers) settles on with ``batch`` requests decoding, noise-free; None for a
+    static one."""
+    if not (config.get("speculative_adaptive") or config.get("adaptive")):
+        return None
+    # imported here: adaptive.py needs nothing of this module, and this one only this function of it
+    from sglang.simulator.adaptive import steady_steps  # pylint: disable=import-outside-toplevel
+
+    start = model_for(config, params)
+    tiers = _first(config, "speculative_adaptive_config", "adaptive_config")
+    return steady_steps(lambda steps: speed_model_like(start, start.algorithm, steps).accept_length(repetition) - 1.0, start.num_steps, batch, tiers)
+
+
+def _model_at(config, batch, params, repetition):
+    model = model_for(config, params)
+    steps = adaptive_steps(config, batch, params, repetition)
+    return model if steps is None else speed_model_like(model, model.algorithm, steps)
 
 
 def per_request_throughput(config, concurrency=1, params=None):
     """Noise-free tokens/s each request sees (a benchmark's 1000 / mean ITL), batch = concurrency."""
     cap = config.get("max_running_requests")
     batch = min(max(int(concurrency), 1), int(cap)) if cap else max(int(concurrency), 1)
-    return model_for(config, params).tokens_per_second(batch)
+    return _model_at(config, batch, params, 0.0).tokens_per_second(batch)
 
 
 def best_point(grid, concurrency=1, params=None, repetition=0.0):
