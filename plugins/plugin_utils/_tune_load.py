@@ -171,7 +171,8 @@ def next_level(levels: dict[int, dict], low: int, high: int) -> int | None:
         return None
     if upper is None:
         # Everything measured meets it: double the load, up to the bound.
-        assert lower is not None
+        if lower is None:  # for mypy: the first test above returned when both were None
+            return None
         return None if lower >= high else min(high, max(lower * 2, lower + 1))
     if lower is None:
         # Nothing measured meets it: halve the load, down to the bound.

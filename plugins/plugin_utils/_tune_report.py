@@ -1119,7 +1119,7 @@ def canary_verdict(plan: dict, trials: list[dict], winner_id: str, host: str, le
         return dict(
             out,
             reason='it serves %s %s at concurrency %d, below %d%% of the %.1f the sweep measured of it%s'
-            % (_fmt(value), 'good tok/s' if slo else 'tok/s', concurrency, round(100 * CANARY_FLOOR), expected, ' on this host' if here else ''),
+            % (_fmt(value), 'good tok/s' if slo else 'tok/s', concurrency, round(100 * CANARY_FLOOR), float(expected), ' on this host' if here else ''),
         )
     return dict(out, ok=True, reason=None)
 

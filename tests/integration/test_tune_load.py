@@ -50,7 +50,7 @@ def test_the_load_search_finds_each_finalists_knee(make_host, tmp_path):
         assert [(h, c) for h, c, a in baseline] == [('node-1', 8), ('node-1', 6), ('node-1', 5)], baseline
         assert [a == 1.0 for h, c, a in baseline] == [False, False, True], baseline
         spec = by_point['EAGLE-3-1-4@default']
-        assert [(h, c, a) for h, c, a in spec] == [('node-0', 8, 1.0), ('node-0', BOUND, 1.0)], spec
+        assert spec == [('node-0', 8, 1.0), ('node-0', BOUND, 1.0)], spec
         report = found['report']
         assert '**At your SLO** (TTFT <= 150 ms for 99% of requests), EAGLE 3/1/4 serves 12 concurrent requests (the most the search tries) at ' in report
         assert 'against %d concurrent requests at ' % ADMITTED in report and 'for the baseline, without speculation.' in report

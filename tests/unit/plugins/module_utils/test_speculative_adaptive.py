@@ -6,6 +6,7 @@ static parameters without a word (refused here, or corrected with a warning), an
 
 from __future__ import annotations
 
+# pylint: disable=repeated-keyword  # dict(EAGLE, key=...) overrides a key of the base case on purpose
 import os
 
 import pytest
