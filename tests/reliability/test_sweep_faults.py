@@ -225,7 +225,7 @@ def test_ctrl_c_after_the_first_trial_leaves_a_mark_that_status_relaunch_and_res
     # The same run directory again resumes: only the trials left, and the host ends as it was.
     again = playbook(one['inventory'], 'tune.yml', '-e', '@%s' % sweep, '-e', 'run_dir=%s' % run_dir, timeout=400)
     assert again.returncode == 0, again.stdout[-5000:]
-    assert 'resuming: %d trials already done' % done in again.stdout
+    assert 'resuming: %d trial%s already done' % (done, '' if done == 1 else 's') in again.stdout
     assert len((run_dir / 'trials.jsonl').read_text().splitlines()) == 3
     restored(server)
 
