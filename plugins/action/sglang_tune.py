@@ -48,7 +48,7 @@ SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 
 
 # What a trial's record keeps of each benchmark level, besides the figures.
-LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end')
+LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end', 'accept_length_source')
 # The lines of report.md the playbook prints.
 VERDICT_LINES = (
     '**Winner**',

@@ -14,7 +14,7 @@ description:
     of the host, once per O(concurrency) level (C(--max-concurrency)), on the random dataset or on a file of prompts
     on the host (O(dataset_path), ShareGPT JSON or JSONL), and reads the result from the client's C(--output-file).
   - Returns per level the output tokens per second, mean and p99 time to first token and inter-token latency, the
-    accept length the server reports, and how many requests completed and failed. A level whose client fails or
+    accept length of that level, and how many requests completed and failed. A level whose client fails or
     that has any failed request is returned with C(measured=false) and the reason, and the task fails.
   - With O(slo), the client judges every request against the latency limits (C(--goodput)) and writes per-request
     latencies (C(--output-details)); each level then also returns the good requests per second and the share of
@@ -133,8 +133,13 @@ options:
 requirements:
   - SGLang with its benchmark client (C(sglang.benchmark.serving)) installed for O(python).
 notes:
-  - The accept length is what the client reads from the server's C(/server_info) after the run, the server's average
-    since it started, so a freshly started server gives the figure of the levels run so far.
+  - The accept length of a level is measured over that level alone when the server exposes C(/metrics)
+    (O(gpufleet.sglang.sglang_launch#module:instances[].enable_metrics=true)) - the tokens its requests
+    generated per verify cycle, from the deltas of SGLang's counters C(sglang:generation_tokens_total) and
+    C(sglang:spec_verify_calls_total) read just before and just after the client ran (the level's warm-up requests
+    included), which is how SGLang computes one request's C(spec_accept_length). Without C(/metrics) it is the figure
+    the client itself reads from C(/server_info), the server's average since it started, and
+    RV(levels[].accept_length_source) says so - on a server that ran other traffic before, that is not the level's.
 seealso:
   - module: gpufleet.sglang.sglang_launch
   - module: gpufleet.sglang.sglang_info
@@ -199,9 +204,19 @@ levels:
       type: float
       sample: 25.3
     accept_length:
-      description: Average accept length the server reported after the run; null without speculative decoding.
+      description:
+        - Tokens generated per verify cycle during this level (the bonus token included); null without speculative
+          decoding. Where it comes from is RV(levels[].accept_length_source).
       type: float
       sample: 2.31
+    accept_length_source:
+      description:
+        - V(level) when RV(levels[].accept_length) is measured over this level alone (deltas of the server's
+          C(/metrics) counters), V(since_start) when the server has no C(/metrics) and it is the average since the
+          server started that the client read, null when there is none.
+      type: str
+      choices: [level, since_start]
+      sample: level
     completed:
       description: Requests that completed.
       type: int
@@ -290,8 +305,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON
+from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import counter_sums
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import installed_sglang, python_binary
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import SERVER_PATH
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import SERVER_PATH, http_request
 
 CLIENT = 'sglang.benchmark.serving'
 FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput', 'p99_tpot_ms')
@@ -304,6 +320,12 @@ FILE_DATASETS = ('sharegpt', 'custom')
 # Names the client reads an API key from (OPENAI_API_KEY is sent as a Bearer token, which SGLang expects).
 KEY_VARIABLES = ('OPENAI_API_KEY', 'API_KEY')
 OUTPUT_TAIL = 20
+# SGLang's counters (with --enable-metrics) whose deltas over one level give its accept length: the tokens the
+# finished requests generated per verify cycle, as SGLang computes a request's spec_accept_length
+# (completion_tokens / spec_verify_ct). The client's own accept_length is the server's average since it started.
+GENERATED_TOKENS = 'sglang:generation_tokens_total'
+VERIFY_CALLS = 'sglang:spec_verify_calls_total'
+METRICS_TIMEOUT = 10.0
 
 
 def connect_host(host: str) -> str:
@@ -452,7 +474,8 @@ class Benchmark:
         argv = self.argv(concurrency, output_file)
         level = dict(concurrency=concurrency, measured=False, error=None, argv=argv, completed=0, failed=self.params['num_prompts'])
         level.update((k, None) for k in FIGURES + tuple(RENAMED) + GOODPUT_FIGURES)
-        level['slo_attainment_by_metric'] = None
+        level.update(slo_attainment_by_metric=None, accept_length_source=None)
+        before = self.spec_counters()
         start = time.time()
         try:
             proc = subprocess.run(argv, env=self.environment(), cwd=workdir, capture_output=True, text=True, timeout=self.params['timeout'], check=False)
@@ -464,6 +487,7 @@ class Benchmark:
         except OSError as exc:
             output, returncode = str(exc), -1
         end = time.time()
+        after = self.spec_counters() if before is not None else None
         level.update(start=round(start, 3), end=round(end, 3), seconds=round(end - start, 3))
         try:
             result = self.read_result(output_file)
@@ -484,6 +508,7 @@ class Benchmark:
             level[key] = as_float(result.get(key))
         for key, theirs in RENAMED.items():
             level[key] = as_float(result.get(theirs))
+        level.update(level_accept_length(before, after, level['accept_length']))
         if self.slo():
             level.update(self.goodput(result))
         completed = int(result.get('completed') or 0)
@@ -524,6 +549,15 @@ class Benchmark:
         out['good_output_throughput'] = tokens / duration
         return out
 
+    def spec_counters(self) -> dict | None:
+        """The server's generated-token and verify-cycle counters, or None when its /metrics cannot say."""
+        url = url_of(self.params['host'], self.params['port']) + '/metrics'
+        status, body = http_request(url, self.params['api_key'], METRICS_TIMEOUT)
+        if status != 200:
+            return None
+        sums = counter_sums(body, (GENERATED_TOKENS, VERIFY_CALLS))
+        return sums if all(v is not None for v in sums.values()) else None
+
     @staticmethod
     def read_result(path: str) -> dict | None:
         """The last JSON line the client appended (it carries /server_info too: never returned)."""
@@ -556,6 +590,26 @@ class Benchmark:
             out['failed'] = True
             out['msg'] = '; '.join('concurrency %d: %s' % (lv['concurrency'], lv['error']) for lv in bad)
         return out
+
+
+def level_accept_length(before: dict | None, after: dict | None, since_start: float | None) -> dict:
+    """``accept_length`` and ``accept_length_source`` of a level from the counters read around it.
+
+    The deltas when both reads have both counters and neither went back (a server restarted in between starts
+    them again); otherwise the client's figure, the server's average since it started.
+    """
+    if before is not None and after is not None:
+        generated = after[GENERATED_TOKENS] - before[GENERATED_TOKENS]
+        verifies = after[VERIFY_CALLS] - before[VERIFY_CALLS]
+        if generated >= 0 and verifies >= 0:
+            if verifies > 0:
+                return dict(accept_length=generated / verifies, accept_length_source='level')
+            # No verify cycle during the level: the server did not speculate (not a speculative server, or an
+            # adaptive one on its tier of 0 steps).
+            return dict(accept_length=None, accept_length_source=None)
+    if since_start is not None:
+        return dict(accept_length=since_start, accept_length_source='since_start')
+    return dict(accept_length=None, accept_length_source=None)
 
 
 def as_float(value) -> float | None:

@@ -267,12 +267,14 @@ NO_DRAFT_MODEL = ('NGRAM',)
 def draft_flags(plan: dict, trials: list[dict]) -> dict[str, dict]:
     """Algorithm -> the first trial (in the order recorded) whose first level accepted at most MIN_ACCEPT_LENGTH.
 
-    The first level is the one a fresh server measured alone (each trial starts a fresh server, and the accept
-    length is SGLang's average since it started): ``trial``, ``point``, ``label``, ``host``, ``accept_length`` and
-    ``concurrency``."""
+    The first level is the one a fresh server measured alone: each trial starts a fresh server, so its figure is that
+    level's own whether it was measured over the level (``accept_length_source`` ``level``, the server's /metrics) or
+    is the server's average since it started (``since_start``). ``trial``, ``point``, ``label``, ``host``,
+    ``accept_length`` and ``concurrency``."""
     points = dict((p['id'], p) for p in plan['points'])
     flags: dict[str, dict] = {}
-    # The load search's runs do not start a fresh server for each level: their accept length is no first level's.
+    # The load search's runs do not start a fresh server for each level: without /metrics their accept length is the
+    # average over the runs before, so they are left out either way (the sweep's trials are enough to flag).
     for trial in load_search.sweep_trials(trials):
         point = points.get(trial.get('point'))
         if point is None or not point['algorithm'] or point['algorithm'] in NO_DRAFT_MODEL or point['algorithm'] in flags:

@@ -74,6 +74,9 @@ LEVEL_FIGURES = (
     'slo_attainment',
 )
 LEVEL_COUNTS = ('concurrency', 'completed', 'failed')
+# Where a level's accept_length comes from (sglang_benchmark): the level alone (the server's /metrics counters), the
+# server's average since it started (the client's figure), or null when there is none.
+ACCEPT_SOURCES = ('level', 'since_start')
 LEVEL_TIMES = ('duration', 'start', 'end')
 # Slack for rounding in the benchmark client's own figures.
 THROUGHPUT_SLACK = 1.05
@@ -436,6 +439,9 @@ def record_problems(record, plan: dict | None = None) -> list[str]:
             _number(level.get(key), '%s.%s' % (where, key), problems, signed=key != 'duration')
         for key in LEVEL_COUNTS:
             _number(level.get(key), '%s.%s' % (where, key), problems, integer=True)
+        source = level.get('accept_length_source')
+        if source is not None and source not in ACCEPT_SOURCES:
+            problems.append('%s.accept_length_source is %r, not one of %s or null' % (where, source, ', '.join(ACCEPT_SOURCES)))
         if not isinstance(level.get('measured', False), bool):
             problems.append('%s.measured is %r, not true or false' % (where, level.get('measured')))
         attainment = level.get('slo_attainment')

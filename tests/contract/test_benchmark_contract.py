@@ -247,6 +247,39 @@ def test_the_output_record_has_the_real_keys(wheel):
     assert set(COLLECTION_KEYS) <= set(real_result)
 
 
+def _counters(tree):
+    """{name: labelnames source} of every `Counter(name="...", labelnames=...)` call."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Counter":
+            keywords = dict((k.arg, k.value) for k in node.keywords)
+            if isinstance(keywords.get("name"), ast.Constant):
+                out[keywords["name"].value] = ast.unparse(keywords.get("labelnames")) if "labelnames" in keywords else ""
+    return out
+
+
+def test_the_counters_of_a_levels_accept_length_are_the_real_ones(wheel):
+    """sglang_benchmark divides the growth of two counters over a level; both are the real Counters, counted per
+    finished request as the simulator counts them (generation tokens by is_streaming, verify cycles without it)."""
+    tree = _tree(wheel, "sglang/srt/observability/metrics_collector.py")
+    counters = _counters(tree)
+    with open(os.path.join(REPO, "plugins", "modules", "sglang_benchmark.py"), encoding="utf-8") as handle:
+        module = ast.parse(handle.read())
+    names = dict(
+        (node.targets[0].id, node.value.value)
+        for node in module.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
+    )
+    generated, verify = names["GENERATED_TOKENS"], names["VERIFY_CALLS"]
+    assert "is_streaming" in counters[generated] and "is_streaming" not in counters[verify], counters
+    finished = ast.unparse(_function(tree, "observe_one_finished_request"))
+    assert "self.spec_verify_calls_total.labels(**labels).inc(spec_verify_ct)" in finished
+    assert "self.generation_tokens_total.labels(**stream_labels).inc(generation_tokens)" in finished
+    with open(os.path.join(SIMSGLANG, "sglang", "simulator", "api.py"), encoding="utf-8") as handle:
+        simulator = handle.read()
+    assert all('"%s' % name in simulator for name in (generated, verify))
+
+
 def test_deprecated_bench_serving_alias_exists_in_both(wheel):
     real = wheel.text("sglang/bench_serving.py")
     assert "from sglang.benchmark.serving import cli_main" in real and "FutureWarning" in real

@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from relaunch_fleet import free_port, host_vars, run, write_inventory
+from relaunch_fleet import free_port, host_vars, run, state, write_inventory
 from tune_fleet import PNG_SIGNATURE, expected_optimum, make_fleet, pids, progress_lines, read_run, running, tune, write_grid
 
 BENCHMARK = dict(input_len=16, output_len=64, num_prompts=4, concurrency=[1, 4], warmup_requests=1)
@@ -63,6 +63,10 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
         rounds[trial['round']].append(trial['host'])
     assert sorted(rounds) == list(range(6)) and all(len(hosts) == len(set(hosts)) for hosts in rounds.values()), dict(rounds)
     assert all(t['benchmark_window']['start'] <= t['benchmark_window']['end'] for t in trials)
+    # Every trial's server had /metrics: each speculative level's accept length is its own; the baseline has none.
+    for trial in trials:
+        sources = set((lv['accept_length_source'], lv['accept_length'] is None) for lv in trial['levels'])
+        assert sources == ({(None, True)} if trial['point'].startswith('baseline') else {('level', False)}), trial
     assert 'hosts at work at once on average' in found['report']
 
     # One CSV row per point and concurrency level; the winner is the simulator's optimum at each level.
@@ -86,6 +90,8 @@ def test_sweep_finds_the_optimum_reports_resumes_and_applies(fleet, tmp_path):
 
     # Without apply, every host is back on what it ran before the sweep, verified.
     assert set(running(fleet).values()) == {BEFORE}
+    # ... without the /metrics the trials had (the inventory does not enable it).
+    assert not any(state(v)['config'].get('enable_metrics') for v in fleet['vars'].values())
     restored = pids(fleet)
     assert all(restored[name] != before[name] for name in before)
 

@@ -313,6 +313,25 @@ def test_tp2_server_lifecycle(tmp_path, host_dir, servers):
         assert name + labels in metrics, name
     accept = float(metrics.split("sglang:spec_accept_length" + labels)[1].split()[0])
     assert 1.0 < accept <= 3.0  # the last logging window: short requests make it noisy
+
+    # The counters a benchmark level's own accept length is measured by: a finished request adds its tokens and
+    # its verify cycles, declared before the first increment, counted before its response ends.
+    assert "# TYPE sglang:spec_verify_calls_total counter" in metrics
+
+    def counters():
+        sums = {}
+        for line in http(server.port, "/metrics")[1].decode().splitlines():
+            name = line.split("{")[0]
+            if name in ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total"):
+                sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return sums
+
+    before = counters()
+    status, raw = http(server.port, "/generate", {"text": "count me", "sampling_params": {"max_new_tokens": 30}}, key=key)
+    meta = json.loads(raw)["meta_info"]
+    after = counters()
+    assert after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"] == 30
+    assert after["sglang:spec_verify_calls_total"] - before.get("sglang:spec_verify_calls_total", 0.0) == meta["spec_verify_ct"] > 0
     assert http(server.port, "/flush_cache", key=key)[0] == 200
 
     # SIGTERM with a request in flight: probes 503 at once, a late request is still served (SGLang

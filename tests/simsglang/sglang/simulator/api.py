@@ -200,8 +200,9 @@ class ServerState(object):
             return self.inflight, list(self.inflight_rids)
 
     def count(self, metric, streaming, value):
+        """Add to a counter of /metrics; ``streaming`` None for a counter without the is_streaming label."""
         with self.lock:
-            key = (metric, "true" if streaming else "false")
+            key = (metric, None if streaming is None else "true" if streaming else "false")
             self.counters[key] = self.counters.get(key, 0) + value
 
     def cycle_model(self, batch):
@@ -594,6 +595,13 @@ class ServerState(object):
                 value = counters.get((metric, streaming))
                 if value is not None:
                     lines.append('%s{%s,is_streaming="%s"} %s' % (metric, tok, streaming, _number(value)))
+        # Verify cycles of the finished requests, labelled like the tokenizer's other counters but without
+        # is_streaming; like any labelled counter of prometheus_client, no sample before its first increment.
+        lines.append("# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.")
+        lines.append("# TYPE sglang:spec_verify_calls_total counter")
+        value = counters.get(("sglang:spec_verify_calls_total", None))
+        if value is not None:
+            lines.append("sglang:spec_verify_calls_total{%s} %s" % (tok, _number(value)))
         return "\n".join(lines) + "\n"
 
 
@@ -840,7 +848,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.state.request() as rid:
             if not stream:
                 text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text)
-                self._account(prompt, len(ids), False)
+                self._account(prompt, len(ids), False, meta)
                 self._send(200, {"text": text, "output_ids": ids, "meta_info": meta})
                 return
             self._start_stream()
@@ -858,14 +866,19 @@ class Handler(BaseHTTPRequestHandler):
                 )
 
             text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
+            self._account(prompt, len(ids), True, meta)
             self._event({"text": text, "output_ids": ids, "meta_info": meta})
             self._event("[DONE]")
-            self._account(prompt, len(ids), True)
 
-    def _account(self, prompt, completion, streaming):
+    def _account(self, prompt, completion, streaming, meta):
+        # As SGLang's tokenizer manager does once a request finishes (observe_one_finished_request), in the same
+        # pass of its loop that hands the last output to the HTTP layer: counted before the client sees the end.
         self.state.count("sglang:prompt_tokens_total", streaming, prompt)
         self.state.count("sglang:generation_tokens_total", streaming, completion)
         self.state.count("sglang:num_requests_total", streaming, 1)
+        verify = meta.get("spec_verify_ct") or 0
+        if verify > 0:
+            self.state.count("sglang:spec_verify_calls_total", None, verify)
 
     def _openai(self, chat):
         body = self._json_body()
@@ -899,7 +912,7 @@ class Handler(BaseHTTPRequestHandler):
                     "prompt_tokens_details": None,
                     "reasoning_tokens": 0,
                 }
-                self._account(prompt, len(ids), False)
+                self._account(prompt, len(ids), False, meta)
                 self._send(
                     200,
                     {
@@ -934,7 +947,8 @@ class Handler(BaseHTTPRequestHandler):
                     choice["text"] = delta
                 self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice]})
 
-            _text, ids, _meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
+            _text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
+            self._account(prompt, len(ids), True, meta)
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event(
                     {
@@ -947,7 +961,6 @@ class Handler(BaseHTTPRequestHandler):
                     }
                 )
             self._event("[DONE]")
-            self._account(prompt, len(ids), True)
 
     def completions(self):
         self._openai(chat=False)

@@ -87,6 +87,12 @@ def client(tmp_path):
     return python
 
 
+@pytest.fixture(autouse=True)
+def no_metrics(monkeypatch):
+    """No server answers /metrics unless a test says otherwise: the client's accept length, said to be since start."""
+    monkeypatch.setattr(sglang_benchmark, 'http_request', lambda url, api_key, timeout: (None, 'connection refused'))
+
+
 CASES = [
     # (case, measured, failed, error fragment)
     (dict(completed=4), True, 0, None),
@@ -107,7 +113,8 @@ def test_levels(tmp_path, client, monkeypatch, case, measured, failed, error):
         assert level['measured'] is measured and level['failed'] == failed
         assert (level['error'] is None) if error is None else error in level['error']
         if measured:
-            assert level['output_throughput'] == 93.5 and level['accept_length'] == 2.35 and level['p99_itl_ms'] == 21.0
+            assert level['output_throughput'] == 93.5 and level['p99_itl_ms'] == 21.0
+            assert (level['accept_length'], level['accept_length_source']) == (2.35, 'since_start')
     assert bool(result.get('failed')) is not measured
     # The key went to the client in its environment, never on its command line, and is in no result.
     calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -232,3 +239,44 @@ def test_a_file_that_changed_since_the_plan_is_refused(tmp_path, client):
     p['dataset_sha256'] = '0' * 64
     with pytest.raises(AssertionError, match='has sha256 [0-9a-f]{64}, not the 0{64} expected; the file changed since it was checked'):
         sglang_benchmark.Benchmark(FakeModule(p)).run()
+
+
+GEN, VERIFY = sglang_benchmark.GENERATED_TOKENS, sglang_benchmark.VERIFY_CALLS
+
+
+@pytest.mark.parametrize(
+    'before, after, since_start, expected',
+    [
+        # the level's own tokens per verify cycle, whatever the server served before it
+        ({GEN: 1000.0, VERIFY: 100.0}, {GEN: 1300.0, VERIFY: 200.0}, 9.0, (3.0, 'level')),
+        # not a verify cycle during the level: it did not speculate (an adaptive server on 0 steps)
+        ({GEN: 1000.0, VERIFY: 100.0}, {GEN: 1300.0, VERIFY: 100.0}, 2.5, (None, None)),
+        # a counter went back (the server restarted in between): the client's figure, said to be since start
+        ({GEN: 1000.0, VERIFY: 100.0}, {GEN: 30.0, VERIFY: 10.0}, 2.5, (2.5, 'since_start')),
+        # no /metrics
+        (None, None, 2.5, (2.5, 'since_start')),
+        ({GEN: 1.0, VERIFY: 1.0}, None, 2.5, (2.5, 'since_start')),
+        (None, None, None, (None, None)),
+    ],
+)
+def test_level_accept_length(before, after, since_start, expected):
+    result = sglang_benchmark.level_accept_length(before, after, since_start)
+    assert (result['accept_length'], result['accept_length_source']) == expected
+
+
+def test_the_accept_length_of_a_level_comes_from_the_counters_read_around_its_client(tmp_path, client, monkeypatch):
+    """Two levels on one server: each its own Δtokens / Δverify cycles, read with the key, not the client's average."""
+    counters = iter([(1000, 100), (1300, 200), (1300, 200), (1700, 400)])
+    calls = []
+
+    def metrics(url, api_key, timeout):
+        calls.append((url, api_key))
+        gen, verify = next(counters)
+        return 200, '# TYPE %s counter\n%s{a="1"} %d\n# TYPE %s counter\n%s{a="1"} %d\n' % (GEN, GEN, gen, VERIFY, VERIFY, verify)
+
+    monkeypatch.setattr(sglang_benchmark, 'http_request', metrics)
+    monkeypatch.setattr(sglang_benchmark, 'installed_sglang', lambda python, env: ('0.5.23', None))
+    p = params(str(client), environment=dict(CASE=json.dumps(dict(completed=4)), CASE_LOG=str(tmp_path / 'log')))
+    levels = sglang_benchmark.Benchmark(FakeModule(p)).run()['levels']
+    assert [(lv['accept_length'], lv['accept_length_source']) for lv in levels] == [(3.0, 'level'), (2.0, 'level')]
+    assert calls == [('http://127.0.0.1:30000/metrics', SECRET)] * 4

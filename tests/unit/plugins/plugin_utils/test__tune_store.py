@@ -125,7 +125,9 @@ def record(**changes):
         reason=None,
         span=dict(start=1.0, end=30.0),
         benchmark_window=dict(start=2.0, end=29.0),
-        levels=[dict(concurrency=1, measured=True, completed=10, failed=0, duration=20.0, output_throughput=45.0, accept_length=2.1)],
+        levels=[
+            dict(concurrency=1, measured=True, completed=10, failed=0, duration=20.0, output_throughput=45.0, accept_length=2.1, accept_length_source='level')
+        ],
     )
     base.update(changes)
     return base
@@ -138,6 +140,10 @@ BAD_RECORDS = [
     (record(levels=[dict(record()['levels'][0], output_throughput=float('nan'))]), 'not a finite number'),
     (record(levels=[dict(record()['levels'][0], completed=-1)]), 'levels[0].completed is -1'),
     (record(levels=[dict(record()['levels'][0], measured='yes')]), "levels[0].measured is 'yes', not true or false"),
+    (
+        record(levels=[dict(record()['levels'][0], accept_length_source='guess')]),
+        "levels[0].accept_length_source is 'guess', not one of level, since_start or null",
+    ),
     (record(levels='none'), "levels is 'none', not a list"),
     (record(status='great'), "status is 'great', not one of ok, failed, skipped"),
     (record(repeat='1'), "repeat is '1', not a whole number"),
