@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Reading counters from a Prometheus text exposition (``/metrics``); private to the collection.
 
-Only what the modules need: the sum of one counter's samples over every label set. It follows the text format that
+Only what the modules need: the samples of named series with their labels (the router's per-worker counts), and the
+sum of one counter's samples over every label set (a server's totals). It follows the text format that
 ``prometheus_client`` writes (SGLang's), where a counter declared as ``name_total`` is announced by
 ``# TYPE name counter`` (the family name, without ``_total``) and sampled as ``name_total{labels} value`` beside a
 ``name_created`` sample, and a labelled counter has no sample before its first increment.
@@ -16,6 +17,39 @@ import re
 
 _SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\S+)?$')
 _TYPE = re.compile(r'^#\s*TYPE\s+([A-Za-z_:][A-Za-z0-9_:]*)\s+(\w+)\s*$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str, names: tuple[str, ...] | list[str] | set[str]) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample of one of ``names``, in order; a value that is not a finite number is
+    given as NaN for the caller to refuse (a line that is not a sample at all is skipped)."""
+    wanted = set(names)
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith('#'):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) not in wanted:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            value = math.nan
+        out.append((match.group(1), dict(_LABEL.findall(match.group(2) or '')), value))
+    return out
+
+
+def declared_counters(text: str) -> set[str]:
+    """The family names of the counters the exposition declares (``# TYPE name counter``)."""
+    found = set()
+    for raw in text.splitlines():
+        match = _TYPE.match(raw.strip())
+        if match and match.group(2) == 'counter':
+            found.add(match.group(1))
+    return found
 
 
 def counter_sums(text: str, names: tuple[str, ...] | list[str]) -> dict[str, float | None]:
@@ -25,43 +59,15 @@ def counter_sums(text: str, names: tuple[str, ...] | list[str]) -> dict[str, flo
     know at all (another release, or metrics of something else), so that a caller can tell "nothing counted" from
     "not counted here". A sample that is not a finite number makes the counter None: it cannot be trusted.
     """
-    wanted = set(names)
-    families = dict((name[: -len('_total')] if name.endswith('_total') else name, name) for name in wanted)
-    declared: set[str] = set()
+    declared = declared_counters(text)
     sums: dict[str, float] = {}
-    broken: set[str] = set()
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith('#'):
-            match = _TYPE.match(line)
-            if match and match.group(2) == 'counter':
-                family = match.group(1)
-                if family in families:
-                    declared.add(families[family])
-                elif family in wanted:
-                    declared.add(family)
-            continue
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) not in wanted:
-            continue
-        name = match.group(1)
-        try:
-            value = float(match.group(3))
-        except ValueError:
-            broken.add(name)
-            continue
-        if not math.isfinite(value):
-            broken.add(name)
-            continue
+    for name, _labels, value in samples(text, names):
         sums[name] = sums.get(name, 0.0) + value
     out: dict[str, float | None] = {}
     for name in names:
-        if name in broken:
-            out[name] = None
-        elif name in sums:
-            out[name] = sums[name]
+        family = name[: -len('_total')] if name.endswith('_total') else name
+        if name in sums:
+            out[name] = sums[name] if math.isfinite(sums[name]) else None
         else:
-            out[name] = 0.0 if name in declared else None
+            out[name] = 0.0 if family in declared or name in declared else None
     return out

@@ -29,17 +29,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from urllib.parse import quote, urlsplit
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import samples
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import http_call
 
 # The SGLang endpoint that reports a server's load (0.5.23: /v1/loads; the older /get_load is gone).
 LOADS_PATH = '/v1/loads'
 ROUTER_API = 'sglang-router 0.3 (/workers)'
-_METRIC = re.compile(r'^(smg_worker_cb_outcomes_total|smg_worker_requests_active)\{([^}]*)\}\s+(\S+)$')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# The router's per-worker series: requests finished by outcome, and in flight.
+OUTCOMES = 'smg_worker_cb_outcomes_total'
+ACTIVE = 'smg_worker_requests_active'
 # How many times a worker taken out is offered back to a router that fails, poll_interval apart.
 PUT_BACK_TRIES = 3
 
@@ -171,18 +172,15 @@ class Router:
         if status != 200:
             raise RouterError('router metrics %s/metrics cannot be read: %s' % (self.metrics_url, 'HTTP %d' % status if status else body))
         found: dict[str, dict] = {}
-        for line in body.splitlines():
-            match = _METRIC.match(line.strip())
-            if not match:
-                continue
-            labels = dict(_LABEL.findall(match.group(2)))
+        for name, labels, value in samples(body, (OUTCOMES, ACTIVE)):
             try:
                 key = normalize_url(labels.get('worker', ''), 'worker')
-                value = float(match.group(3))
-            except (RouterError, ValueError):
+            except RouterError:
+                continue
+            if not math.isfinite(value):
                 continue
             entry = found.setdefault(key, dict(requests=0, failures=0, active=0))
-            if match.group(1) == 'smg_worker_requests_active':
+            if name == ACTIVE:
                 entry['active'] += int(value)
             else:
                 entry['requests'] += int(value)

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import counter_sums
+from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import counter_sums, samples
 
 GEN = 'sglang:generation_tokens_total'
 VERIFY = 'sglang:spec_verify_calls_total'
@@ -49,3 +51,21 @@ def test_a_sample_that_is_not_a_finite_number_makes_the_counter_untrusted(value)
 
 def test_a_gauge_of_the_same_name_does_not_declare_the_counter():
     assert counter_sums('# TYPE sglang:spec_verify_calls gauge\n', (VERIFY,)) == {VERIFY: None}
+
+
+def test_samples_give_each_series_its_labels_in_order():
+    text = (
+        '# TYPE smg_worker_cb_outcomes counter\n'
+        'smg_worker_cb_outcomes_total{worker="http://127.0.0.1:30001",outcome="success"} 12\n'
+        'smg_worker_cb_outcomes_total{worker="http://127.0.0.1:30001",outcome="failure"} 1\n'
+        'smg_worker_requests_active{worker="http://a\\"b"} 2\n'
+        'smg_worker_requests_active{worker="x"} NaN\n'
+        'other_total 5\n'
+    )
+    found = samples(text, ('smg_worker_cb_outcomes_total', 'smg_worker_requests_active'))
+    assert found[:3] == [
+        ('smg_worker_cb_outcomes_total', dict(worker='http://127.0.0.1:30001', outcome='success'), 12.0),
+        ('smg_worker_cb_outcomes_total', dict(worker='http://127.0.0.1:30001', outcome='failure'), 1.0),
+        ('smg_worker_requests_active', dict(worker='http://a\\"b'), 2.0),
+    ]
+    assert len(found) == 4 and math.isnan(found[3][2])
