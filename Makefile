@@ -109,6 +109,7 @@ bench: collection
 bench-relaunch: bootstrap
 	python tests/bench/relaunch_vs_manual.py --hosts 1 4 16
 	python tests/bench/relaunch_vs_manual.py --hosts 1 --startup 3 --release 1
+	python tests/bench/relaunch_vs_manual.py --noop --hosts 1 3 --repeats 3
 
 # A rolling relaunch behind the real sglang-router 0.3.2 under load: failures, latency before and during, drain/down/ready per host.
 .PHONY: bench-roll

@@ -86,6 +86,26 @@ TRIAL_FIELD_MAX = 4096
 ORIGIN_MAX = 4096
 
 
+# The readiness poll's shortest pause: its first polls (a server that is ready at once is seen at once), and the
+# polls around the time the instance's previous server took to become ready (recorded in its state).
+FAST_POLL = 0.05
+
+
+def ready_pause(interval: float, polls: int, elapsed: float, expected: float | None) -> float:
+    """Seconds to wait before the next readiness poll: ``interval`` (ready_poll_interval), but shorter for the
+    first polls (0.05 s, doubling up to ``interval``) and, when the previous start of the instance took
+    ``expected`` seconds to become ready, from two intervals before that until two after it. More polls, never
+    fewer, and the same timeout: only how soon a server that has become ready is seen changes."""
+    if interval <= FAST_POLL:
+        return interval
+    first = FAST_POLL * 2**polls
+    if first < interval:
+        return first
+    if expected is not None and expected - 2 * interval <= elapsed <= expected + 2 * interval:
+        return FAST_POLL
+    return interval
+
+
 class SpecError(LaunchError):
     """A parameter is wrong: nothing has been touched."""
 
@@ -1307,7 +1327,8 @@ class InstanceRun:
         self.state = state
         self.mark('wait until ready')
         self.result.update(pid=state['pid'], unit=state['unit'])
-        self.wait_ready(spec, supervisor, state, alive, start, offset)
+        expected = old.get('seconds_to_ready')
+        self.wait_ready(spec, supervisor, state, alive, start, offset, expected if isinstance(expected, (int, float)) else None)
         return state
 
     def rotate_log(self, spec: InstanceSpec, running: bool) -> None:
@@ -1331,11 +1352,14 @@ class InstanceRun:
         state['running'] = False
         self.write(state)
 
-    def wait_ready(self, spec: InstanceSpec, supervisor, state: dict, alive, start: float, offset: int = 0) -> None:
+    def wait_ready(self, spec: InstanceSpec, supervisor, state: dict, alive, start: float, offset: int = 0, expected: float | None = None) -> None:
+        """Poll until the server serves (see ready_pause for how often); ``expected``: the seconds the instance's
+        previous server took to become ready, None when unknown."""
         params = spec.params
         path = READY_PATHS[params['ready_check']]
         url = state['probe_url'] + path
         deadline = start + params['ready_timeout']
+        polls = 0
         while True:
             status, body = http_request(url, spec.api_key, timeout=max(5.0, params['ready_poll_interval']))
             if status == 200:
@@ -1359,7 +1383,9 @@ class InstanceRun:
                     spec.log_file,
                     lines,
                 )
-            time.sleep(params['ready_poll_interval'])
+            now_t = time.monotonic()
+            time.sleep(max(0.0, min(ready_pause(params['ready_poll_interval'], polls, now_t - start, expected), deadline - now_t)))
+            polls += 1
 
     def verify(self, spec: InstanceSpec, state: dict) -> None:
         """Fail when SGLang runs other speculative parameters than predicted."""

@@ -269,7 +269,11 @@ options:
         type: float
         default: 1800
       ready_poll_interval:
-        description: Seconds between two readiness probes (a starting server answers them at once with 503).
+        description:
+          - Seconds between two readiness probes (a starting server answers them at once with 503).
+          - The first probes come sooner (0.05 s, doubling up to this), and so do the probes from two intervals before
+            the time the instance's previous server took to become ready (kept in its state) until two after it.
+            Only how soon a server that serves is seen changes, never O(instances[].ready_timeout).
         type: float
         default: 0.25
       stop_timeout:

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/bench/relaunch_vs_manual.py [--hosts 1 4 16] [--startup 10] [--release 3]
                                                        [--repeats N] [--profile [--profile-top 12]]
+    .venv/bin/python tests/bench/relaunch_vs_manual.py --noop [--hosts 1 3] [--repeats N] [--profile]
 
 For each fleet size: simulated hosts (one GPU, one TP-1 server each) with the same simulated startup
 time (weights loading) and driver release delay, all relaunched in one batch (`-e batch=N`, forks at
@@ -39,6 +40,12 @@ itself ships no timing callback; the collection is unpacked into .cache/collecti
 tests/containers/install-collections.sh, which this script runs) and the tasks that took longest
 are printed per fleet size, summed over the tasks of the same name (one per host when each host has
 its own included file); the callback adds a little controller CPU of its own.
+
+With --noop only what a relaunch costs when there is nothing to relaunch, per fleet size: the fleet is launched
+once (not timed), then each repeat times relaunch.yml with the same parameters (every row must say unchanged and
+every server keep its pid) and relaunch.yml --check --diff with other ones (a dry run that plans a relaunch of
+every host and changes nothing), and prints their wall time per host and controller CPU per host, against the
+targets of issue 21 (at most 2 s per host, the dry run about the same); --profile profiles the no-op run.
 
 The inventory is tests/integration/relaunch_fleet.py host_vars, except that the readiness poll
 interval is left to the role's default (a user's setting) and the readiness timeout fits the startup.
@@ -299,6 +306,27 @@ class Fleet:
         row['manual_serial'] = self.manual(parallel=False) if self.count > 1 else row['manual_parallel']
         return row
 
+    def measure_noop(self, first: bool) -> dict:
+        """One repeat of --noop: the unchanged relaunch, then the dry run of a change; nothing may change."""
+        if first:
+            self.relaunch(2)
+        before = self.server_pids()
+        states = [state(self.vars[host.name]) for host in self.hosts]
+        wall, cpu, out = self.relaunch(2, profile=self.options.profile)
+        if self.server_pids() != before:
+            raise SystemExit('relaunch.yml with the parameters that run relaunched something (pids %s, then %s)' % (before, self.server_pids()))
+        check_wall, check_cpu, dummy_out = self.relaunch(3, '--check', '--diff')
+        if self.server_pids() != before or [state(self.vars[host.name]) for host in self.hosts] != states:
+            raise SystemExit('relaunch.yml --check changed a server or its state (pids %s, then %s)' % (before, self.server_pids()))
+        return dict(
+            noop=wall,
+            noop_cpu_per_host=cpu / self.count,
+            check=check_wall,
+            check_cpu_per_host=check_cpu / self.count,
+            profile=parse_profile(out) if self.options.profile else None,
+            profile_wall=wall,
+        )
+
 
 def median_row(runs: list[dict]) -> dict:
     keys = ('wall', 'cpu_per_host', 'spread', 'manual_parallel', 'manual_serial', 'noop', 'noop_cpu_per_host', 'check')
@@ -307,6 +335,13 @@ def median_row(runs: list[dict]) -> dict:
     row['new_running'] = min(run['new_running'] for run in runs)
     row['profile'], row['profile_wall'] = runs[-1]['profile'], runs[-1]['profile_wall']
     row['walls'] = [run['wall'] for run in runs]
+    return row
+
+
+def median_noop_row(runs: list[dict]) -> dict:
+    row = {key: statistics.median(run[key] for run in runs) for key in ('noop', 'noop_cpu_per_host', 'check', 'check_cpu_per_host')}
+    row['profile'], row['profile_wall'] = runs[-1]['profile'], runs[-1]['profile_wall']
+    row['walls'] = [run['noop'] for run in runs]
     return row
 
 
@@ -383,28 +418,61 @@ def report(rows: dict[int, dict], options: argparse.Namespace) -> None:
         line('controller CPU per host-relaunch, %d host%s' % (count, 's' if count > 1 else ''), '%.2f s', '<= 2 s', row['cpu_per_host'], 2.0)
 
     if options.profile:
-        for count, row in rows.items():
-            tasks = summed_profile(row['profile'] or [])
-            print(
-                '\nprofile of relaunch.yml, %d host%s (%s: seconds from a task\'s start to the next one\'s, summed over '
-                'tasks of the same name%s; top %d of %d names)'
-                % (
-                    count,
-                    's' if count > 1 else '',
-                    PROFILE_CALLBACK,
-                    ', last run' if options.repeats > 1 else '',
-                    min(options.profile_top, len(tasks)),
-                    len(tasks),
-                )
+        print_profiles(rows, options)
+
+
+def report_noop(rows: dict[int, dict], options: argparse.Namespace) -> None:
+    print(
+        'relaunch.yml on a simulated fleet with nothing to relaunch, each size in one batch; %s cores here%s'
+        % (os.cpu_count(), '; medians of %d runs' % options.repeats if options.repeats > 1 else '')
+    )
+    print('no-op: the parameters that run (every row unchanged); --check: --check --diff with a change for every host (nothing changes)')
+    print('%-5s %9s %13s %13s %10s %14s %14s' % ('hosts', 'no-op s', 'no-op s/host', 'CPU s/host', '--check s', '--check s/host', 'CPU s/host'))
+    for count, row in rows.items():
+        print(
+            '%-5d %9.1f %13.2f %13.2f %10.1f %14.2f %14.2f'
+            % (count, row['noop'], row['noop'] / count, row['noop_cpu_per_host'], row['check'], row['check'] / count, row['check_cpu_per_host'])
+        )
+    if options.repeats > 1:
+        walls = ('%d host%s: %s s' % (n, 's' if n > 1 else '', ' '.join('%.1f' % w for w in row['walls'])) for n, row in rows.items())
+        print('no-op wall of each run: %s' % '; '.join(walls))
+    print(
+        'load average of this machine before and after: %s and %s (other work on these cores slows every column)'
+        % (options.load_before, ' '.join('%.1f' % load for load in os.getloadavg()))
+    )
+    print('\ntargets (issue 21)')
+    for count, row in rows.items():
+        for what, value in (('no-op', row['noop'] / count), ('--check', row['check'] / count)):
+            label = '%s, %d host%s: wall per host' % (what, count, 's' if count > 1 else '')
+            print('  %-44s %10s  %-9s  %s' % (label, '%.2f s' % value, '<= 2 s', verdict(value, 2.0)))
+    if options.profile:
+        print_profiles(rows, options)
+
+
+def print_profiles(rows: dict[int, dict], options: argparse.Namespace) -> None:
+    for count, row in rows.items():
+        tasks = summed_profile(row['profile'] or [])
+        print(
+            '\nprofile of relaunch.yml%s, %d host%s (%s: seconds from a task\'s start to the next one\'s, summed over '
+            'tasks of the same name%s; top %d of %d names)'
+            % (
+                ' with nothing to relaunch' if options.noop else '',
+                count,
+                's' if count > 1 else '',
+                PROFILE_CALLBACK,
+                ', last run' if options.repeats > 1 else '',
+                min(options.profile_top, len(tasks)),
+                len(tasks),
             )
-            if not tasks:
-                print('  (no profile_tasks summary in the output)')
-            for name, total, times in tasks[: options.profile_top]:
-                print('  %7.2fs %4s  %s' % (total, 'x%d' % times, name))
-            print(
-                '  %7.2fs        all tasks (wall %.1fs: the rest is ansible-playbook starting, parsing and ending)'
-                % (sum(total for dummy, total, dummy_n in tasks), row['profile_wall'])
-            )
+        )
+        if not tasks:
+            print('  (no profile_tasks summary in the output)')
+        for name, total, times in tasks[: options.profile_top]:
+            print('  %7.2fs %4s  %s' % (total, 'x%d' % times, name))
+        print(
+            '  %7.2fs        all tasks (wall %.1fs: the rest is ansible-playbook starting, parsing and ending)'
+            % (sum(total for dummy, total, dummy_n in tasks), row['profile_wall'])
+        )
 
 
 def main() -> int:
@@ -415,6 +483,7 @@ def main() -> int:
     parser.add_argument('--repeats', type=int, default=1, help='runs per fleet size; medians are printed when > 1')
     parser.add_argument('--profile', action='store_true', help='time every task of the timed relaunch.yml with %s and print the longest' % PROFILE_CALLBACK)
     parser.add_argument('--profile-top', type=int, default=12, help='how many task names the profile prints')
+    parser.add_argument('--noop', action='store_true', help='only relaunch.yml with nothing to relaunch, and its --check --diff, per host')
     options = parser.parse_args()
     if options.repeats < 1 or min(options.hosts) < 1:
         parser.error('--repeats and --hosts must be at least 1')
@@ -430,12 +499,15 @@ def main() -> int:
         for count in sorted(dict.fromkeys(options.hosts)):
             fleet = Fleet(root, count, options)
             try:
-                rows[count] = median_row([fleet.measure(first=i == 0) for i in range(options.repeats)])
+                if options.noop:
+                    rows[count] = median_noop_row([fleet.measure_noop(first=i == 0) for i in range(options.repeats)])
+                else:
+                    rows[count] = median_row([fleet.measure(first=i == 0) for i in range(options.repeats)])
             finally:
                 fleet.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report(rows, options)
+    (report_noop if options.noop else report)(rows, options)
     return 0
 
 

@@ -454,3 +454,24 @@ def test_a_trial_records_no_origin(fake_host, monkeypatch):
     monkeypatch.setattr(relaunch.Relaunch, 'run_all', lambda self: [self.run_one(self.specs[0])])
     fake_host.relaunch([instance()], origin=ORIGIN, trial=dict(sweep='/runs/s1', trial='t#1')).run()
     assert 'origin' not in state_file(fake_host)
+
+
+# ready_pause: how long the readiness poll waits before its next probe (no clock involved).
+@pytest.mark.parametrize(
+    'interval, polls, elapsed, expected, pause',
+    [
+        (0.25, 0, 0.0, None, 0.05),  # the first probes come sooner, doubling
+        (0.25, 1, 0.05, None, 0.1),
+        (0.25, 2, 0.15, None, 0.2),
+        (0.25, 3, 0.35, None, 0.25),  # then the interval
+        (0.25, 40, 9.0, None, 0.25),
+        (0.25, 40, 9.0, 30.0, 0.25),  # far from the previous start's time to ready
+        (0.25, 40, 29.5, 30.0, 0.05),  # within two intervals before it
+        (0.25, 40, 30.5, 30.0, 0.05),  # and after it
+        (0.25, 40, 30.6, 30.0, 0.25),
+        (0.02, 0, 0.0, 1.0, 0.02),  # an interval shorter than the fast poll stays as it is
+        (5.0, 3, 0.35, None, 0.4),
+    ],
+)
+def test_ready_pause_polls_sooner_first_and_around_the_previous_time_to_ready(interval, polls, elapsed, expected, pause):
+    assert relaunch.ready_pause(interval, polls, elapsed, expected) == pytest.approx(pause)
