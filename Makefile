@@ -120,7 +120,7 @@ bench-roll: bootstrap
 # then the same grid measured in full and raced, trials and winners side by side.
 bench-tune: bootstrap
 	python tests/bench/tune_fleet_vs_one.py --hosts 4
-	python tests/bench/tune_grid_vs_racing.py --hosts 4 --repeats 8
+	python tests/bench/tune_grid_vs_racing.py --hosts 4 --repeats 12
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \

@@ -54,12 +54,21 @@ GRID_KEYS = (
     'runtime_adaptive',
     'adaptive_config',
 )
-# grid: every trial of the plan; racing: a point whose interval falls clear below the leader's stops being measured.
+# grid: every trial of the plan; racing: a point told below the leader (paired by host with it, or by intervals) stops
+# being measured.
 SEARCHES = ('grid', 'racing')
 # Racing eliminates a point (for good) only after this many runs of it and of the leader. The interval of three runs
 # is their range, which holds the median 75% of the time: two equal points would be told apart, one by the other's
 # luck, once in 20 comparisons; with four, once in 70.
 RACING_MIN_RUNS = 4
+# Paired by host with the leader (each run of a point divided by the leader's median on its host), the race tells a
+# point below the leader once the upper bound of this interval of its ratio to it is under 1, from this many pairs
+# on. The percentile bootstrap of the median of four ratios is about their range: two equal points would be told
+# apart once in 16 comparisons (600 simulated pairs of equal points, 4 hosts, 0.9% noise: the bound fell under 1 in
+# 5.5%, at a nominal 2.5%); of five, 3.5%; of six to eight, 1.8% to 2.2%. Before six pairs a point is eliminated only
+# when its interval lies wholly below the leader's.
+RACING_LEVEL = 0.95
+RACING_PAIRED_MIN_RUNS = 6
 # load_search: for the finalists, the largest concurrency that still meets the SLO, bracketed and bisected between
 # ``min`` and ``max`` with at most ``max_levels`` benchmark runs of one level each per finalist.
 LOAD_SEARCH_KEYS = ('min', 'max', 'max_levels', 'finalists')

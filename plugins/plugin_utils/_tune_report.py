@@ -24,7 +24,16 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_plot as plots
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural, were
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import DEFAULT_ENVIRONMENT, RACING_MIN_RUNS, SLO_LIMITS, draft_count, label, slo_text
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import (
+    DEFAULT_ENVIRONMENT,
+    RACING_LEVEL,
+    RACING_MIN_RUNS,
+    RACING_PAIRED_MIN_RUNS,
+    SLO_LIMITS,
+    draft_count,
+    label,
+    slo_text,
+)
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
     DONE,
     FLEET,
@@ -313,15 +322,53 @@ def acceptance_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     return None if flag is None else draft_warning(point['algorithm'], flag)
 
 
+def paired_with_leader(plan: dict, trials: list[dict], row: dict, leader: dict) -> dict:
+    """``row``'s point against the leader, paired by host (stats.paired_ratio with the leader as the reference): each
+    of the point's runs divided by the leader's median on the same host, the bootstrap redrawing both, at the race's
+    level (RACING_LEVEL); under an SLO by good output tok/s, the figure the choice ranks by. The spread between hosts
+    and the baseline's own noise, which both points' host-adjusted intervals carry, cancel out. An empty dict when
+    the two share no host."""
+    by_host: dict[str, list[float]] = {}
+    figure = 'good_output_throughput' if plan.get('slo') else 'output_throughput'
+    concurrency = row['concurrency']
+    for host, value in host_values(trials, leader['id'], concurrency, figure):
+        by_host.setdefault(host, []).append(value)
+    if not by_host:
+        return {}
+    seed = (plan['seed'] or 0) * 1000003 + concurrency * 7919 + sum(map(ord, row['id'])) + 31 * sum(map(ord, leader['id']))
+    return stats.paired_ratio(host_values(trials, row['id'], concurrency, figure), by_host, seed, level=RACING_LEVEL)
+
+
+def race_lost(plan: dict, trials: list[dict], row: dict, leader: dict) -> str | None:
+    """Why the race eliminates ``row`` against ``leader`` (None: it stays in), both from RACING_MIN_RUNS runs or more.
+
+    Either paired by host with the leader, from RACING_PAIRED_MIN_RUNS pairs on (the bootstrap of fewer ratios is
+    about their range, and would tell equal points apart too often): the upper bound of the point's ratio to it
+    (paired_with_leader) below 1; or the point's interval (host-adjusted where it pairs with the baseline) wholly
+    below the leader's lower bound.
+    """
+    if row['stats'].get('n', 0) < RACING_MIN_RUNS or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
+        return None
+    head = 'eliminated by the race at concurrency %d after %d runs' % (row['concurrency'], row['stats']['n'])
+    ratio = paired_with_leader(plan, trials, row, leader)
+    if ratio.get('n', 0) >= RACING_PAIRED_MIN_RUNS and ratio.get('ci_high') is not None and ratio['ci_high'] < 1.0:
+        unit = 'good tok/s' if plan.get('slo') else 'tok/s'
+        return '%s: paired by host with the leader %s, its %s against it %s, wholly below it' % (head, leader['label'], unit, _ratio_text(ratio))
+    ours, lead = stats.compared(row), stats.compared(leader)
+    if ours.get('ci_high') is not None and lead.get('ci_low') is not None and ours['ci_high'] < lead['ci_low']:
+        return '%s: its interval ends at %.1f, below %.1f, the lower bound of the leader %s' % (head, ours['ci_high'], lead['ci_low'], leader['label'])
+    return None
+
+
 def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     """Why the race measures ``point`` no more (None: measure it), from what is recorded so far, at the concurrency
     apply uses.
 
     The budget (``max_trials``) spent stops every point. The baseline is the reference every host's trials are
-    paired with: it is always measured. Another point is eliminated once its interval (host-adjusted where it
-    pairs) lies wholly below the leader's, or, under an SLO, once its runs violate it; the leader stops once every
-    other point is eliminated (the race is decided). A point with fewer than three runs has no interval and is
-    never eliminated.
+    paired with: it is always measured. Another point is eliminated once it is told below the leader (race_lost:
+    paired by host with the leader, the upper bound of its ratio to it under 1; or its interval wholly below the
+    leader's), both from RACING_MIN_RUNS runs or more, or, under an SLO, once its runs violate it; the leader stops once every other point is eliminated (the
+    race is decided).
     """
     done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
     budget = plan.get('max_trials')
@@ -339,30 +386,17 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     leader = choice.get('winner')
     if leader is None or mine is None:
         return None
-    lead = stats.compared(leader)
-    if lead.get('ci_low') is None or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
+    if stats.compared(leader).get('ci_low') is None or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
         return None
     contenders = [r for r in choice['ranked'] if r['id'] != leader['id']]
     if leader['id'] == point['id']:
-        if contenders and all(
-            r['stats'].get('n', 0) >= RACING_MIN_RUNS and stats.compared(r).get('ci_high') is not None and stats.compared(r)['ci_high'] < lead['ci_low']
-            for r in contenders
-        ):
+        if contenders and all(race_lost(plan, trials, r, leader) for r in contenders):
             pending = [r['label'] for r in rows if r['id'] != leader['id'] and not r['stats']]
             if not pending:
                 return 'the race is decided at concurrency %d: %s is told apart from every other point' % (concurrency, leader['label'])
         return None
     ranked = next((r for r in choice['ranked'] if r['id'] == point['id']), mine)
-    ours = stats.compared(ranked)
-    if ranked['stats'].get('n', 0) >= RACING_MIN_RUNS and ours.get('ci_high') is not None and ours['ci_high'] < lead['ci_low']:
-        return 'eliminated by the race at concurrency %d after %d runs: its interval ends at %.1f, below %.1f, the lower bound of the leader %s' % (
-            concurrency,
-            ours['n'],
-            ours['ci_high'],
-            lead['ci_low'],
-            leader['label'],
-        )
-    return None
+    return race_lost(plan, trials, ranked, leader)
 
 
 def apply_gate(choice: dict, slo: dict | None = None) -> str | None:
