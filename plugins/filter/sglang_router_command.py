@@ -81,7 +81,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import systemd_quote
+from ansible_collections.gpufleet.sglang.plugins.module_utils._supervisors import systemd_quote
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._router_args import CONTROL_RE, RouterArgsError, extra_argv, line_problems
 
 

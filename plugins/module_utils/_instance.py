@@ -8,8 +8,8 @@
 """One SGLang instance as sglang_launch keeps it and sglang_info reads it.
 
 Its files in the state directory, its state (what runs, how it was started, the last known good
-configuration), whether it runs, whether it serves, what ``/server_info`` says, a smoke generation,
-and the masking of secrets. Both modules use this one model, so they cannot disagree.
+configuration), whether it runs, whether it serves, what ``/server_info`` says, and a smoke generation.
+Both modules use this one model, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -20,26 +20,16 @@ import re
 import time
 from typing import Any
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    MASK,
-    LaunchError,
-    http_request,
-    read_state,
-    write_state,
-)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._files import read_state, write_state
+from ansible_collections.gpufleet.sglang.plugins.module_utils._http import http_request
 from ansible_collections.gpufleet.sglang.plugins.module_utils._supervisors import Supervisor, supervisor_for
 
 # Defaults written once: the modules' argument specs import them; their DOCUMENTATION, the roles' defaults and
 # argument specs repeat them as literals, and tests/unit/plugins/test_one_source.py holds those to these.
 DEFAULT_STATE_DIR = '/var/lib/gpufleet-sglang'
-# SGLang's virtual environment as gpufleet.sglang.sglang_install makes it, and the interpreter in it.
-DEFAULT_VENV = '/opt/sglang/venv'
-DEFAULT_PYTHON = DEFAULT_VENV + '/bin/python'
 # An instance name: it names files in the state directory and a systemd unit, so no path may hide in it.
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$')
-# Keys of /server_info and flags of a command line whose values are secrets.
-SECRET_KEYS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'hf_token')
-SECRET_FLAGS = ('--api-key', '--admin-api-key', '--ssl-keyfile-password')
 SMOKE_PROMPT = 'Explain speculative decoding in one paragraph.'
 
 
@@ -48,26 +38,6 @@ def as_float(value) -> float | None:
         return None if value is None else float(value)
     except (TypeError, ValueError):
         return None
-
-
-def mask_server_info(info: dict) -> dict:
-    """A copy of /server_info without secrets: SGLang returns api_key itself to an authorised caller, at the top
-    and again in each of its internal_states[] (which repeat the server arguments)."""
-    masked = dict(info)
-    states = masked.get('internal_states')
-    if isinstance(states, list):
-        masked['internal_states'] = [mask_server_info(state) if isinstance(state, dict) else state for state in states]
-    for key in SECRET_KEYS:
-        if masked.get(key):
-            masked[key] = MASK
-    command = masked.get('launch_command')
-    if isinstance(command, str):
-        words = command.split()
-        for index, word in enumerate(words[:-1]):
-            if word in SECRET_FLAGS:
-                words[index + 1] = MASK
-        masked['launch_command'] = ' '.join(words)
-    return masked
 
 
 def speculative_of(info: dict) -> dict:

@@ -21,7 +21,7 @@ What sglang-router 0.3.2 offers, and what this code relies on (each checked agai
   (``smg_worker_requests_active{worker}``); the counters survive a removal and a re-add. They prove
   that a re-added worker is routed to, and count what each worker served.
 
-HTTP goes through _sglang_launch.http_call: http.client, one connection per request, never through a proxy
+HTTP goes through _http.http_call: http.client, one connection per request, never through a proxy
 (open_url costs about 19 ms of CPU per call).
 """
 
@@ -32,8 +32,8 @@ import math
 import time
 from urllib.parse import quote, urlsplit
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._http import http_call
 from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import samples
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import http_call
 
 # The SGLang endpoint that reports a server's load (0.5.23: /v1/loads; the older /get_load is gone).
 LOADS_PATH = '/v1/loads'

@@ -513,3 +513,13 @@ def _resolve_uno(out, result):
     parents = topk * max(steps - 1, 0) + 1
     if width - 1 > parents:
         raise SpeculativeError(field, width, "is not allowed; UNO's tree mode needs num_draft_tokens - 1 <= eagle_topk * (num_steps - 1) + 1 = %d" % parents)
+
+
+def speculative_label(speculative: dict | None) -> str:
+    """'EAGLE 2/1/3' for a configuration's speculative settings, 'no speculation' without."""
+    spec = speculative if isinstance(speculative, dict) else {}
+    if not spec.get('algorithm'):
+        return 'no speculation'
+    shape = '%s/%s/%s' % (spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
+    # Runtime-adaptive: SGLang picks the steps while serving, starting from these.
+    return '%s adaptive (from %s)' % (spec['algorithm'], shape) if spec.get('adaptive') else '%s %s' % (spec['algorithm'], shape)

@@ -15,24 +15,171 @@ from one place, ``Systemctl.run``. Standard library only, no shell: every comman
 from __future__ import annotations
 
 import os
+import pwd
+import signal
 import subprocess
 import time
+from typing import Any
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import (
-    UNIT_MARKER,
-    LaunchError,
-    env_file_text,
-    open_log,
-    process_alive,
-    session_members,
-    start_process,
-    stop_process,
-    unit_text,
-    write_private,
-)
+from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._files import write_private
+from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import all_processes, is_gone, read_process, terminate
 
 UNIT_DIR = '/etc/systemd/system'
+
+
+# ---------------------------------------------------------------- a process session of its own
+
+
+def session_members(sid: int | None) -> list:
+    """Every process of session ``sid`` (the launcher, its children, and orphans that kept the session)."""
+    if not sid or sid <= 1:
+        return []
+    return [info for info in all_processes() if info.sid == sid]
+
+
+def process_alive(state: dict) -> bool:
+    pid, starttime = state.get('pid'), state.get('starttime')
+    # Without its start time a pid proves nothing: the number may have been reused.
+    if not pid or starttime is None:
+        return False
+    return not is_gone((pid, starttime))
+
+
+def open_log(log_file: str) -> int:
+    """The server's log, for appending, private to root (SGLang logs its arguments; some hold secrets)."""
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def start_process(argv: list[str], env: dict, log_file: str, user: str | None):
+    """Start the server in a session of its own; return the Popen and its ProcessInfo."""
+    groups: dict[str, Any] = {}
+    if user:
+        # The user's own primary and supplementary groups, as a login (and systemd's User=) would give.
+        entry = pwd.getpwnam(user)
+        groups = dict(group=entry.pw_gid, extra_groups=os.getgrouplist(entry.pw_name, entry.pw_gid))
+    fd = open_log(log_file)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            env=env,  # pylint: disable=consider-using-with
+            cwd='/',
+            close_fds=True,
+            start_new_session=True,
+            user=user,
+            **groups,
+        )
+    except OSError as exc:
+        raise LaunchError('python: cannot start %s: %s' % (argv[0], exc)) from exc
+    finally:
+        os.close(fd)
+    info = None
+    for _dummy in range(50):
+        info = read_process(proc.pid)
+        if info is not None:
+            break
+        time.sleep(0.01)
+    return proc, info
+
+
+def stop_process(state: dict, stop_timeout: float, kill_timeout: float, poll: float = 0.05) -> dict:
+    """SIGTERM the server's launcher, wait up to ``stop_timeout`` for the session to empty, then SIGKILL
+    every process left in it. Returns what happened.
+
+    The launcher alone: SGLang drains on its launcher's SIGTERM and then stops its children itself, while a child
+    that gets SIGTERM dies at once (the real 0.5.23 scheduler exits -15, the launcher takes that for a crash and
+    kills the whole tree), failing every request in flight."""
+    sid = state.get('sid') or state.get('pid')
+    start = time.monotonic()
+    report: dict[str, Any] = dict(signal=None, seconds=0.0, killed=[])
+    members = session_members(sid)
+    if not members:
+        return report
+    if process_alive(state):
+        try:
+            os.kill(state['pid'], signal.SIGTERM)
+            report['signal'] = 'SIGTERM'
+        except ProcessLookupError:
+            pass
+    deadline = start + stop_timeout
+    while members and time.monotonic() < deadline:
+        time.sleep(poll)
+        members = [m for m in members if not is_gone(m.key)]
+    # What is left (a drain that never ends, a launcher that ignores SIGTERM, orphaned schedulers):
+    # the whole session, recomputed so children forked meanwhile are included.
+    for _dummy in range(3):
+        members = session_members(sid)
+        if not members:
+            break
+        report['signal'] = 'SIGKILL'
+        report['killed'].extend(m.pid for m in members)
+        dummy_ended, stuck = terminate(members, 0.0, kill_timeout)
+        if stuck:
+            raise LaunchError(
+                '%d process(es) of the old server still alive %.0fs after SIGKILL (stuck in the kernel '
+                'on the driver?): %s' % (len(stuck), kill_timeout, '; '.join('pid %d %r state %s' % (p.pid, p.cmdline, p.state) for p in stuck))
+            )
+    report['seconds'] = round(time.monotonic() - start, 3)
+    return report
+
+
+# ---------------------------------------------------------------- the systemd unit
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart= word: double-quoted, with systemd's escapes for \\, ", $ and %."""
+    escaped = arg.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+    return '"%s"' % escaped.replace('$', '$$').replace('%', '%%')
+
+
+def env_file_text(env: dict) -> str:
+    # EnvironmentFile= syntax: KEY="value" with \ and " escaped.
+    return ''.join('%s="%s"\n' % (key, env[key].replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')) for key in sorted(env))
+
+
+# The first line of every unit this collection writes: a unit without it (or of another state
+# directory) is someone else's, and is never overwritten.
+UNIT_MARKER = '# Managed by gpufleet.sglang.sglang_launch for the state directory %s; changes are overwritten.'
+
+
+def unit_text(name: str, argv: list[str], env_file: str, log_file: str, user: str | None, stop_timeout: float, secret_file: str | None) -> str:
+    state_dir = os.path.normpath(os.path.dirname(env_file))
+    lines = [
+        UNIT_MARKER % state_dir,
+        '# Secrets are not in this file: they are in %s and in the server\'s --config file, both private.' % env_file,
+        '[Unit]',
+        'Description=SGLang server %s' % name,
+        'After=network-online.target',
+        'Wants=network-online.target',
+        '',
+        '[Service]',
+        'Type=simple',
+        'ExecStart=%s' % ' '.join(systemd_quote(a) for a in argv),
+        'EnvironmentFile=%s' % env_file,
+        'WorkingDirectory=/',
+        # The whole cgroup goes on stop: orphaned schedulers cannot outlive the unit.
+        'KillMode=control-group',
+        'KillSignal=SIGTERM',
+        'SendSIGKILL=yes',
+        # SGLang drains with no time limit on SIGTERM; this bounds it.
+        'TimeoutStopSec=%ds' % max(1, int(round(stop_timeout))),
+        'Restart=no',
+        'StandardOutput=append:%s' % log_file,
+        'StandardError=inherit',
+    ]
+    if user:
+        lines.append('User=%s' % user)
+    if secret_file:
+        lines.append('# The API key file is read by the server itself: %s' % secret_file)
+    lines += ['', '[Install]', 'WantedBy=multi-user.target', '']
+    return '\n'.join(lines)
+
+
 LEGACY_UNIT_MARKER = '# Managed by gpufleet.sglang.sglang_launch; changes are overwritten.'
 
 

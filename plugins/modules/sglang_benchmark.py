@@ -304,10 +304,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON
+from ansible_collections.gpufleet.sglang.plugins.module_utils._http import http_request
 from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import counter_sums
-from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import installed_sglang, python_binary
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import SERVER_PATH, http_request
+from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import DEFAULT_PYTHON, SERVER_PATH, installed_sglang, python_binary
 
 CLIENT = 'sglang.benchmark.serving'
 FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput', 'p99_tpot_ms')

@@ -223,10 +223,10 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import (
     SMOKE_PROMPT,
     Instance,
     as_float,
-    mask_server_info,
     read_instance,
     speculative_of,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._secrets import mask_server_info
 
 
 class InstanceReader:

@@ -653,11 +653,13 @@ seconds_validate:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_PYTHON, DEFAULT_STATE_DIR, SMOKE_PROMPT
+from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_STATE_DIR, SMOKE_PROMPT
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import READY_PATHS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NvmlError, fail_without_pynvml
+from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import DEFAULT_PYTHON
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import READY_PATHS, LaunchError
 
 INSTANCE_OPTIONS: dict[str, dict] = dict(
     name=dict(type='str', required=True),

@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import shlex
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import speculative_label
+
 # What each playbook does to a host that carries a mark, said after the mark.
 CONTEXTS = ('status', 'relaunch', 'resume', 'restore')
 
 
 def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}
-
-
-def speculative_label(speculative) -> str:
-    """'EAGLE 2/1/3', or 'no speculation'."""
-    spec = speculative if isinstance(speculative, dict) else {}
-    if not spec.get('algorithm'):
-        return 'no speculation'
-    return '%s %s/%s/%s' % (spec.get('algorithm'), spec.get('num_steps'), spec.get('eagle_topk'), spec.get('num_draft_tokens'))
 
 
 def before_label(mark: dict) -> str:

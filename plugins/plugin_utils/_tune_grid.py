@@ -29,7 +29,13 @@ import random
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
-from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import ADAPTIVE_DEFAULT_CANDIDATES, SpeculativeError, check_adaptive_config, resolve
+from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import (
+    ADAPTIVE_DEFAULT_CANDIDATES,
+    SpeculativeError,
+    check_adaptive_config,
+    resolve,
+    speculative_label,
+)
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_dataset
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._extra_vars import look_alikes
 
@@ -394,12 +400,7 @@ def point_id(point: dict) -> str:
 def label(point: dict) -> str:
     """How tables show a point: ``EAGLE3 3/1/4`` (steps/topk/draft tokens), ``baseline``, ``EAGLE adaptive (from
     3/1/4)`` (SGLang picks the steps at run time, starting there); env variant appended."""
-    if not point['algorithm']:
-        text = 'baseline'
-    elif point.get('adaptive'):
-        text = '%s adaptive (from %s/%s/%s)' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
-    else:
-        text = '%s %s/%s/%s' % (point['algorithm'], point['num_steps'], point['eagle_topk'], point['num_draft_tokens'])
+    text = speculative_label(point) if point['algorithm'] else 'baseline'
     return text if point['environment'] == DEFAULT_ENVIRONMENT else '%s %s' % (text, point['environment'])
 
 

@@ -5,7 +5,7 @@
 """Each fact has one source; the places that cannot import it must agree with it.
 
 The SGLang release and its algorithm names live in the generated _sglang_flags_data.py, the default
-paths in _instance.py. Code imports them. A module's DOCUMENTATION, a role's defaults and its argument
+paths in _instance.py and _python_env.py. Code imports them. A module's DOCUMENTATION, a role's defaults and its argument
 specs are text and YAML that cannot import, so they repeat the value, and these tests fail as soon as
 one of them says something else.
 """
@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _instance as instance
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _python_env as python_env
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _server_log as server_log
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_flags as sglang_flags
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _sglang_flags_data as flags_data
@@ -53,15 +54,15 @@ def test_code_reads_the_release_and_the_algorithms_from_the_flag_table():
 
 
 def test_the_modules_argument_specs_use_the_default_paths():
-    assert sglang_launch.INSTANCE_OPTIONS['python']['default'] is instance.DEFAULT_PYTHON
-    assert instance.DEFAULT_PYTHON == instance.DEFAULT_VENV + '/bin/python'
+    assert sglang_launch.INSTANCE_OPTIONS['python']['default'] is python_env.DEFAULT_PYTHON
+    assert python_env.DEFAULT_PYTHON == python_env.DEFAULT_VENV + '/bin/python'
 
 
 @pytest.mark.parametrize(
     'module, path, expected',
     [
         (sglang_launch, ('state_dir',), instance.DEFAULT_STATE_DIR),
-        (sglang_launch, ('instances', 'python'), instance.DEFAULT_PYTHON),
+        (sglang_launch, ('instances', 'python'), python_env.DEFAULT_PYTHON),
         (sglang_info, ('state_dir',), instance.DEFAULT_STATE_DIR),
         (sglang_launch, ('instances', 'log_max_bytes'), server_log.LOG_MAX_BYTES),
         (sglang_launch, ('instances', 'log_keep'), server_log.LOG_KEEP),
@@ -79,9 +80,9 @@ def test_documented_module_defaults_are_the_constants(module, path, expected):
     'role, variable, expected',
     [
         ('sglang_install', 'sglang_install_version', VERSION),
-        ('sglang_install', 'sglang_install_venv', instance.DEFAULT_VENV),
+        ('sglang_install', 'sglang_install_venv', python_env.DEFAULT_VENV),
         ('sglang_server', 'sglang_server_version', VERSION),
-        ('sglang_server', 'sglang_server_python', instance.DEFAULT_VENV),
+        ('sglang_server', 'sglang_server_python', python_env.DEFAULT_VENV),
         ('sglang_server', 'sglang_server_state_dir', instance.DEFAULT_STATE_DIR),
         ('sglang_server', 'sglang_server_log_max_bytes', server_log.LOG_MAX_BYTES),
         ('sglang_server', 'sglang_server_log_keep', server_log.LOG_KEEP),

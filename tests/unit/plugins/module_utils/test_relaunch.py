@@ -17,9 +17,11 @@ import sys
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _host_lock as host_lock
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _instance, _nvml
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _instance_run as instance_run
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _relaunch as relaunch
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_launch import LaunchError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError, SpecError
 from ansible_collections.gpufleet.sglang.plugins.modules import sglang_launch
 from ansible_collections.gpufleet.sglang.tests.unit.plugins.fakes import fake_pynvml, gpu
 
@@ -153,7 +155,7 @@ BAD = {
 @pytest.mark.parametrize('instances, options, held, ports, message', list(BAD.values()), ids=list(BAD))
 def test_a_bad_input_is_refused_naming_field_and_value_before_anything(fake_host, instances, options, held, ports, message):
     fake_host.held, fake_host.ports = held, ports
-    with pytest.raises(relaunch.SpecError) as info:
+    with pytest.raises(SpecError) as info:
         fake_host.relaunch(instances, **options).run()
     assert re.search(message, str(info.value)), str(info.value)
     assert 'sk-a' not in str(info.value)
@@ -279,14 +281,14 @@ def test_an_unchanged_instance_is_left_alone_by_a_real_run(fake_host, monkeypatc
 
 
 def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
-    lock = relaunch.HostLock(str(tmp_path))
+    lock = host_lock.HostLock(str(tmp_path))
     with lock:
         with pytest.raises(LaunchError, match=r'^another relaunch runs on this host: pid %d \(user ' % os.getpid()):
-            relaunch.HostLock(str(tmp_path)).acquire()
+            host_lock.HostLock(str(tmp_path)).acquire()
         with pytest.raises(LaunchError):
-            relaunch.HostLock(str(tmp_path)).probe()
+            host_lock.HostLock(str(tmp_path)).probe()
     # Released with its holder: the next one takes it at once.
-    with relaunch.HostLock(str(tmp_path)):
+    with host_lock.HostLock(str(tmp_path)):
         pass
 
 
@@ -298,7 +300,7 @@ def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, 
     good = fake_host.relaunch([instance()], check_mode=True)
     good.validate()
     pynvml = _nvml.pynvml
-    job.nvml = relaunch.LockedNvml(_nvml.Nvml().__enter__())  # run_all's session
+    job.nvml = host_lock.LockedNvml(_nvml.Nvml().__enter__())  # run_all's session
     sessions = list(pynvml.calls)
     under_lock = []
     for name in ('nvmlDeviceGetCount', 'nvmlDeviceGetUUID', 'nvmlDeviceGetHandleByIndex'):
@@ -310,8 +312,8 @@ def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, 
         replaced.append(spec.desired)
         raise LaunchError('stopped here by the test')
 
-    monkeypatch.setattr(relaunch.InstanceRun, 'replace', replace)
-    run = relaunch.InstanceRun(job, new)
+    monkeypatch.setattr(instance_run.InstanceRun, 'replace', replace)
+    run = instance_run.InstanceRun(job, new)
     run.state = dict(name='llama', last_good=dict(params=good.specs[0].good_params(), config_hash='the good one'))
     run.result = dict(message='the new configuration failed', speculative={})
     run.roll_back(new, True)
@@ -373,18 +375,18 @@ def test_trial_mark(old, sweep, before_label, keeps_since):
     state = dict(config=dict(speculative=MARK['before']['speculative']), config_hash='h')
     if old:
         state['trial'] = old
-    mark = relaunch.trial_mark(dict(sweep=sweep, trial='t#2', label=None), state, True)
+    mark = instance_run.trial_mark(dict(sweep=sweep, trial='t#2', label=None), state, True)
     assert (mark['sweep'], mark['trial'], mark['label'], mark['before']['label']) == (sweep, 't#2', None, before_label)
     assert (mark['since'] == MARK['since']) is keeps_since
 
 
 def test_trial_mark_of_a_stopped_instance():
-    mark = relaunch.trial_mark(dict(sweep='/runs/s1', trial='t#1'), None, False)
+    mark = instance_run.trial_mark(dict(sweep='/runs/s1', trial='t#1'), None, False)
     assert mark['before'] == dict(running=False, speculative=None, config_hash=None, label='not running')
 
 
 def test_an_undo_record_keeps_what_ran_before_the_run_and_its_summary_no_configuration():
-    undo_record, undo_summary = relaunch.undo_record, relaunch.undo_summary
+    undo_record, undo_summary = instance_run.undo_record, instance_run.undo_summary
     state = dict(
         running=True,
         config=dict(speculative=dict(algorithm='EAGLE3', num_steps=2)),
@@ -412,7 +414,7 @@ def test_run_labels(label, ok):
 
 
 def test_a_server_failure_reads_cause_first_and_the_module_message_keeps_the_excerpt_apart():
-    failure = relaunch.ServerFailure('RuntimeError: boom', 'the SGLang server a exited during startup, pid 7', '/s/a.log', 'Traceback\nRuntimeError: boom')
+    failure = instance_run.ServerFailure('RuntimeError: boom', 'the SGLang server a exited during startup, pid 7', '/s/a.log', 'Traceback\nRuntimeError: boom')
     assert str(failure) == 'RuntimeError: boom (the SGLang server a exited during startup, pid 7); full log: /s/a.log'
     rows = [
         dict(name='a', result='rolled back', message=str(failure) + '; rolled back', log_file='/s/a.log', log_excerpt=failure.log_excerpt),
@@ -444,9 +446,9 @@ def test_an_origin_is_kept_with_the_configuration_that_runs_and_reported_while_i
     assert again['changed'] is False and state_file(fake_host)['origin'] == stored['origin']
     # another configuration recorded since: the record stays, but says nothing about what runs
     stored['config_hash'] = 'another'
-    assert relaunch.origin_of(stored) is None
-    assert relaunch.origin_of(dict(config_hash='x')) is None and relaunch.origin_of(None) is None
-    assert relaunch.origin_of(dict(config_hash='x', origin=dict(text='t', recorded_at='r', config_hash='x'))) == dict(text='t', recorded_at='r')
+    assert instance_run.origin_of(stored) is None
+    assert instance_run.origin_of(dict(config_hash='x')) is None and instance_run.origin_of(None) is None
+    assert instance_run.origin_of(dict(config_hash='x', origin=dict(text='t', recorded_at='r', config_hash='x'))) == dict(text='t', recorded_at='r')
 
 
 def test_a_trial_records_no_origin(fake_host, monkeypatch):
@@ -474,4 +476,4 @@ def test_a_trial_records_no_origin(fake_host, monkeypatch):
     ],
 )
 def test_ready_pause_polls_sooner_first_and_around_the_previous_time_to_ready(interval, polls, elapsed, expected, pause):
-    assert relaunch.ready_pause(interval, polls, elapsed, expected) == pytest.approx(pause)
+    assert instance_run.ready_pause(interval, polls, elapsed, expected) == pytest.approx(pause)
