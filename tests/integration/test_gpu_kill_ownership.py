@@ -112,6 +112,10 @@ def test_the_server_goes_and_the_shell_the_training_job_and_the_other_server_sta
     assert alive(pids['train']), 'the training job on GPU 2 was killed'
     assert all(alive(pid) for pid in everything(b)), 'the second server (GPUs 3-4) lost a process'
     assert result['spared'] == [] and result['excluded'] == []
+    # The driver frees a dead process's memory a moment after it is first seen dead (release_delay_ms): wait for
+    # GPUs 0 and 1 to be clean, as the relaunch does, rather than racing that moment.
+    clean = host.module('gpu_wait_clean', dict(gpus=['0', '1'], timeout=30, poll_interval=0.05))
+    assert not clean['failed'], clean
     info = host.module('gpu_info')
     assert [g['used_mib'] for g in info['gpus']] == [0, 0, 30720, 20000, 20000, 0]
 
