@@ -5,9 +5,8 @@
 """Controller side of the tuning sweep (documented in plugins/modules/sglang_tune.py).
 
 Runs on the controller only and transfers no module: it validates the grid and plans the schedule, checks that the
-hosts are alike, hands each host its trial of a round, records each trial, and writes the report. The run
-directory holds everything between the calls, because the controller's forks run the per-host operations of one
-round at the same time.
+hosts are alike, writes the report, judges the canary and releases the run directory. The trials themselves are the
+action sglang_tune_trial (one task per host and round). The run directory holds everything between the calls.
 """
 
 from __future__ import annotations
@@ -36,19 +35,15 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import
     check_held,
     drop_torn,
     read_trials,
-    record_problems,
     release,
 )
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_trial import LEVEL_KEYS, clip, load_plan, speculative_of
 
 display = Display()
 
 # What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
 ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances')
-SPECULATIVE_KEYS = ('algorithm', 'num_steps', 'eagle_topk', 'num_draft_tokens')
 
-
-# What a trial's record keeps of each benchmark level, besides the figures.
-LEVEL_KEYS = ('concurrency', 'measured', 'completed', 'failed', 'error', 'duration', 'start', 'end', 'accept_length_source')
 # The lines of report.md the playbook prints.
 VERDICT_LINES = (
     '**Winner**',
@@ -66,40 +61,6 @@ VERDICT_LINES = (
     'Sweep wall time',
     'Runtime adaptivity',
 )
-PLAN_KEYS = ('points', 'environments', 'benchmark', 'repeats', 'seed', 'hosts', 'schedule', 'fingerprint', 'apply_concurrency', 'adaptive')
-
-
-def load_plan(run_dir: RunDir) -> dict:
-    plan = run_dir.read_json(run_files.PLAN)
-    if not plan:
-        raise AnsibleActionFail('run_dir: %s has no %s; the sweep plans it first (operation plan)' % (run_dir.path, run_files.PLAN))
-    missing = [k for k in PLAN_KEYS if not isinstance(plan, dict) or k not in plan]
-    if missing or grid_rules.fingerprint(plan) != plan.get('fingerprint'):
-        raise AnsibleActionFail(
-            'run_dir: %s does not match its own fingerprint (%s); it was changed by something other than the sweep: give a new run_dir'
-            % (run_dir.file(run_files.PLAN), 'missing %s' % ', '.join(missing) if missing else 'the plan was edited')
-        )
-    return plan
-
-
-def clip(text, limit: int = 700) -> str:
-    """One line of at most ``limit`` characters that keeps both ends: a server log's error is at its end."""
-    text = ' '.join(str(text).split())
-    if len(text) <= limit:
-        return text
-    head = limit // 3
-    return '%s ... %s' % (text[:head], text[-(limit - head - 5) :])
-
-
-def speculative_of(point: dict) -> dict | None:
-    """sglang_launch's speculative keys for a point; None for the baseline."""
-    if not point.get('algorithm'):
-        return None
-    speculative = dict((k, point[k]) for k in SPECULATIVE_KEYS)
-    # Always said, either way: the trial's keys are merged over the inventory's, whose adaptive settings must not
-    # turn a static point adaptive (or the reverse).
-    speculative.update(adaptive=bool(point.get('adaptive')), adaptive_config=point.get('adaptive_config') if point.get('adaptive') else None)
-    return speculative
 
 
 def goodput_of(rows: list[dict], plan: dict) -> dict:
@@ -340,163 +301,6 @@ class ActionModule(ActionBase):
         return dict(before=before, msg=['%s: %s' % (h, facts[h].get('before_label')) for h in names])
 
     # -------------------------------------------------------------- next
-
-    def op_next(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
-        if self._task.check_mode and run_dir.read(run_files.PLAN) is None:
-            # --check planned without writing: there is nothing to hand out.
-            return dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=run_files.now()), reason='check mode')
-        plan = load_plan(run_dir)
-        host = params['host'] or task_vars.get('inventory_hostname')
-        number = params['round']
-        idle = dict(run=False, trial=None, speculative=None, environment={}, span=dict(start=run_files.now()))
-        if params['phase'] == load_search.PHASE:
-            return self.next_load(plan, host, number, run_dir, idle)
-        if number is None or not 0 <= number < len(plan['schedule']):
-            raise AnsibleActionFail('round: %r is not a round of this sweep (0 to %d)' % (number, len(plan['schedule']) - 1))
-        entry = plan['schedule'][number].get(host)
-        if entry is None:
-            return dict(idle, reason='no trial for %s in round %d' % (host, number + 1))
-        points = dict((p['id'], p) for p in plan['points'])
-        point = points[entry['point']]
-        trial = dict(entry, round=number, host=host, label=grid_rules.label(point), environment_name=point['environment'])
-        recorded = store.load_trials(run_dir, plan)
-        if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in run_files.DONE):
-            return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
-        # Every sweep: a draft model that accepts almost nothing is flagged after one trial, and no more of its
-        # algorithm is measured. With adaptive: points beyond the turn of their family's curve.
-        recorded = load_search.sweep_trials(recorded)
-        gate, why = 'acceptance', store.acceptance_skip(plan, recorded, point)
-        if why is None and plan.get('search') == 'racing':
-            gate, why = 'racing', store.racing_skip(plan, recorded, point)
-        if why is None and plan['adaptive']:
-            gate, why = 'adaptive', store.adaptive_skip(plan, recorded, point)
-        if why:
-            if not self._task.check_mode:
-                run_dir.append_line(
-                    run_files.TRIALS,
-                    dict(trial=entry['id'], point=entry['point'], repeat=entry['repeat'], round=number, host=host, status='skipped', reason=why, gate=gate),
-                )
-            display.display('skipped %s on %s: %s' % (trial['label'], host, why))
-            return dict(idle, trial=trial, reason=why, skipped=True)
-        return dict(
-            run=not self._task.check_mode,
-            trial=trial,
-            speculative=speculative_of(point),
-            environment=plan['environments'][point['environment']],
-            span=dict(start=run_files.now()),
-            reason=None,
-        )
-
-    def next_load(self, plan: dict, host, number, run_dir: RunDir, idle: dict) -> dict:
-        """The host's step of the load search in load round ``number``: the next level of its search's point."""
-        if not plan.get('load_search'):
-            return dict(idle, reason='this sweep has no load search')
-        if number is None or not 0 <= number < load_search.rounds(plan):
-            raise AnsibleActionFail('round: %r is not a round of the load search (0 to %d)' % (number, load_search.rounds(plan) - 1))
-        slot = load_search.assignment(plan, host, number)
-        if slot is None:
-            return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
-        trials = store.load_trials(run_dir, plan)
-        rows = store.aggregate(plan, trials)
-        found = load_search.searches(plan, rows, store.decide(plan, rows))
-        if slot[0] >= len(found):
-            return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
-        search = found[slot[0]]
-        entry_id = load_search.trial_id(slot[0], slot[1])
-        trial = dict(
-            id=entry_id,
-            point=search['id'],
-            repeat=slot[1] + 1,
-            round=number,
-            host=host,
-            label=search['label'],
-            environment_name=search['point']['environment'],
-            phase=load_search.PHASE,
-        )
-        if entry_id in set(t['trial'] for t in trials if t.get('status') in run_files.DONE):
-            return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry_id)
-        state = load_search.outcome(plan, rows, trials, search)
-        if state['done']:
-            return dict(idle, trial=trial, reason='the load search of %s is done (%s)' % (search['label'], store.load_bracket_text(state)))
-        trial['concurrency'] = state['next']
-        display.display('load search of %s on %s: concurrency %d (%s)' % (search['label'], host, state['next'], store.load_bracket_text(state)))
-        return dict(
-            run=not self._task.check_mode,
-            trial=trial,
-            speculative=speculative_of(search['point']),
-            environment=plan['environments'][search['point']['environment']],
-            span=dict(start=run_files.now()),
-            reason=None,
-        )
-
-    # -------------------------------------------------------------- record
-
-    def op_record(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
-        trial = params['trial'] or {}
-        if not trial.get('id'):
-            raise AnsibleActionFail('trial: the result of operation next is expected')
-        launch = params['launch'] or {}
-        bench = params['benchmark'] or {}
-        record = dict(
-            trial=trial['id'],
-            point=trial['point'],
-            repeat=trial['repeat'],
-            round=trial['round'],
-            host=trial['host'],
-            span=dict(start=(params.get('trial') or {}).get('span_start') or run_files.now(), end=run_files.now()),
-        )
-        if trial.get('phase') == load_search.PHASE:
-            record['phase'] = load_search.PHASE
-        instance = (launch.get('instances') or [{}])[0] if isinstance(launch.get('instances'), list) else {}
-        record['launch'] = dict(
-            result=instance.get('result') or ('failed' if launch.get('failed') else None),
-            seconds_to_ready=instance.get('seconds_to_ready'),
-            seconds_down=instance.get('seconds_down'),
-            window=instance.get('window'),
-            running=(instance.get('speculative') or {}).get('running'),
-            smoke_tok_s=instance.get('tok_s'),
-        )
-        levels = []
-        for level in bench.get('levels') or []:
-            levels.append(dict((k, level.get(k)) for k in LEVEL_KEYS + run_files.LEVEL_FIGURES))
-        record['levels'] = levels
-        record['benchmark_window'] = bench.get('window')
-        reason = None
-        if launch.get('failed') or record['launch']['result'] not in ('started', 'relaunched', 'unchanged'):
-            message = instance.get('message') or launch.get('msg') or 'the relaunch failed'
-            reason = 'the server did not start with these parameters (%s): %s' % (record['launch']['result'] or 'failed', clip(message))
-        elif not levels:
-            reason = 'the benchmark did not run: %s' % clip(bench.get('msg') or 'no result')
-        else:
-            bad = [lv for lv in levels if not lv.get('measured')]
-            if bad:
-                reason = clip('; '.join('concurrency %s: %s' % (lv.get('concurrency'), lv.get('error') or 'not measured') for lv in bad))
-        record['status'] = 'failed' if reason else 'ok'
-        record['reason'] = reason
-        problems = record_problems(record, load_plan(run_dir))
-        if problems:
-            raise AnsibleActionFail('trial %s: the results give no valid record (%s)' % (trial['id'], '; '.join(problems)))
-        if not self._task.check_mode:
-            run_dir.append_line(run_files.TRIALS, record)
-        first = next((lv for lv in levels if lv.get('measured')), None)
-        what = trial.get('label') if trial.get('phase') != load_search.PHASE else '%s at %s' % (trial.get('label'), trial.get('concurrency'))
-        line = '%s %-26s round %-3d %-12s %s' % (
-            'load' if trial.get('phase') == load_search.PHASE else 'trial',
-            what,
-            trial['round'] + 1,
-            trial['host'],
-            'FAILED: %s' % clip(reason, 200) if reason else '',
-        )
-        if not reason and first:
-            line += '%s tok/s, accept length %s (concurrency %s)' % (
-                '%.1f' % first['output_throughput'] if first.get('output_throughput') is not None else '-',
-                '%.2f' % first['accept_length'] if first.get('accept_length') is not None else '-',
-                first.get('concurrency'),
-            )
-            if first.get('slo_attainment') is not None:
-                line += ', SLO met by %.0f%% of requests, %.1f good tok/s' % (100 * first['slo_attainment'], first.get('good_output_throughput') or 0.0)
-        display.display(line)
-        return dict(status=record['status'], reason=reason, msg=line, changed=not self._task.check_mode)
 
     # -------------------------------------------------------------- report
 

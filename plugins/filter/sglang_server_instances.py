@@ -66,41 +66,12 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import INSTANCE_OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
-# sglang_launch options the role passes through; the rest of an instance's keys are the role's own.
-LAUNCH_KEYS = (
-    'name',
-    'model_path',
-    'served_model_name',
-    'host',
-    'port',
-    'gpus',
-    'tp_size',
-    'python',
-    'speculative',
-    'strict',
-    'extra_args',
-    'environment',
-    'api_key',
-    'supervisor',
-    'ready_timeout',
-    'ready_poll_interval',
-    'stop_timeout',
-    'run_as',
-    'enable_metrics',
-    'log_level',
-    'log_file',
-    'log_max_bytes',
-    'log_keep',
-    'ready_check',
-    'smoke_min_tok_s',
-    'smoke_min_accept_length',
-    'admin_api_key',
-    'ssl_keyfile_password',
-    'secret_environment',
-)
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')
+# sglang_launch's per-instance options the role passes through as they are (smoke_max_tokens follows smoke).
+LAUNCH_KEYS = tuple(key for key in INSTANCE_OPTIONS if key not in ROLE_KEYS)
 SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'adaptive', 'adaptive_config')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 

@@ -23,18 +23,8 @@ description:
   - V(fleet) refuses hosts that are not alike (GPU model and count, model and draft model path, tensor-parallel size,
     SGLang version, one instance each), naming the host, the value and the reference host, and records in C(fleet.json) what each
     host ran before the first run of the sweep.
-  - V(next) gives O(host) its trial of round O(round), or none (no trial left, finished by an earlier run, or skipped
-    and recorded with the reason, because its algorithm's draft model accepted almost nothing in an earlier trial (an
-    accept length at or below 1.05 at the first concurrency level, on a fresh server, which says that the algorithm
-    does not match the draft model) or, with C(adaptive), because the step arithmetic says it cannot win).
-  - V(next) with O(phase=load), once the rounds are done, gives O(host) its step of the load search of round O(round)
-    (grid key C(load_search), which needs an SLO), or none. Each finalist (the best points of the level C(apply) uses,
-    and the baseline) is searched on one host, the hosts taking the finalists in turn; each step measures one
-    concurrency level, chosen from what the sweep and the earlier steps measured of the point (the highest level that
-    meets the SLO and the lowest above it that does not, doubled, halved or bisected within C(min) and C(max)), until
-    the bracket is one request wide or C(max_levels) levels are spent.
-  - V(record) appends the trial to C(trials.jsonl) (a relaunch that failed, a benchmark that failed or has any failed
-    request make a failed trial, with the reason, excluded from the statistics) and prints one progress line.
+  - Each trial (which one a host runs next, its relaunch, its benchmark and its record in C(trials.jsonl)) is one
+    task of M(gpufleet.sglang.sglang_tune_trial) per host and round.
   - V(report) writes C(summary.csv), C(report.md), C(plot.png) (a panel per concurrency level), C(pareto.png) (tok/s
     per user against total tok/s across the levels) and, when there is a winner, C(winner.yml) (the group_vars snippet
     that keeps it), and returns the winner per concurrency level and the one C(apply) uses.
@@ -62,13 +52,12 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: V(plan) validates and prints the schedule but writes nothing; V(next) hands out no trial; V(record) and
-      V(report) write nothing.
+    details: V(plan) validates and prints the schedule but writes nothing; V(report) writes nothing.
   diff_mode:
     support: none
   idempotent:
     support: none
-    details: V(record) appends a trial each time it runs.
+    details: V(plan) of a run directory that holds a plan resumes it; V(report) writes the report again from the trials.
   action:
     support: full
     details: Runs on the controller.
@@ -79,7 +68,7 @@ options:
     description: What to do; see the description.
     type: str
     required: true
-    choices: [plan, fleet, next, record, report, canary, release]
+    choices: [plan, fleet, report, canary, release]
   run_dir:
     description:
       - The run directory on the controller, created with mode C(0700) by V(plan). Required by every operation but
@@ -121,33 +110,21 @@ options:
       C(instances), C(before) (what it ran) and C(before_label).
     type: dict
     default: {}
-  round:
-    description: With V(next), the round, from 0 (of the sweep's rounds, or with O(phase=load) of the load search's).
-    type: int
-  phase:
-    description: With V(next), the sweep's rounds or the load search that follows them.
-    type: str
-    choices: [sweep, load]
-    default: sweep
   host:
-    description: With V(next) and V(canary), the host (default the task's host).
+    description: With V(canary), the host (default the task's host).
     type: str
   trial:
-    description: With V(record), the C(trial) that V(next) returned, with C(span_start); with V(canary), the winner
-      of V(report) (its C(point)).
-    type: dict
-  launch:
-    description: With V(record), the registered result of M(gpufleet.sglang.sglang_launch) for the trial.
+    description: With V(canary), the winner of V(report) (its C(point)).
     type: dict
   benchmark:
-    description: With V(record) and V(canary), the registered result of M(gpufleet.sglang.sglang_benchmark) for the
-      trial, or for the winner on the canary.
+    description: With V(canary), the registered result of M(gpufleet.sglang.sglang_benchmark) for the winner on the canary.
     type: dict
 requirements:
   - matplotlib on the controller for the plots of V(report).
 notes:
   - Start it through C(ansible-playbook gpufleet.sglang.tune); its operations make sense in that order only.
 seealso:
+  - module: gpufleet.sglang.sglang_tune_trial
   - module: gpufleet.sglang.sglang_benchmark
   - module: gpufleet.sglang.sglang_launch
 '''
@@ -174,7 +151,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 msg:
-  description: Lines to show (the plan and its schedule, a trial's progress line, the report's verdict).
+  description: Lines to show (the plan and its schedule, the report's verdict).
   returned: always
   type: raw
   sample: ["seed 7: 5 points (baseline included) x 3 repeats = 15 trials on 4 hosts in 4 rounds"]
@@ -193,21 +170,6 @@ load_rounds:
   returned: when operation is plan
   type: int
   sample: 8
-run:
-  description: With V(next), whether the host runs a trial this round.
-  returned: when operation is next
-  type: bool
-  sample: true
-trial:
-  description: With V(next), the trial (C(id), C(point), C(repeat), C(round), C(host), C(label)); null when idle.
-  returned: when operation is next
-  type: dict
-  sample: {id: 'EAGLE3-2-1-3@default#1', point: 'EAGLE3-2-1-3@default', repeat: 1, round: 0, host: node-a, label: EAGLE3 2/1/3}
-speculative:
-  description: With V(next), the trial's speculative parameters for M(gpufleet.sglang.sglang_launch); null for the baseline.
-  returned: when operation is next
-  type: dict
-  sample: {algorithm: EAGLE3, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3, adaptive: false, adaptive_config: null}
 winner:
   description: With V(report), the winner at the concurrency C(apply) uses, with its speculative parameters and
     environment variant; null when nothing was measured.
@@ -266,9 +228,8 @@ ok:
   type: bool
   sample: true
 reason:
-  description: With V(canary), why the winner does not hold on the canary (null when it holds); with V(record), why
-    the trial failed.
-  returned: when operation is canary or record
+  description: With V(canary), why the winner does not hold on the canary (null when it holds).
+  returned: when operation is canary
   type: str
   sample: "it does not meet the SLO (TTFT <= 500 ms for 99% of requests) at concurrency 8: 91.0% of its requests met it"
 files:
@@ -282,18 +243,15 @@ from ansible.module_utils.basic import AnsibleModule
 
 # The action plugin's argument spec: the action imports it from here, where the documentation checks read it.
 ARGUMENT_SPEC = dict(
-    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'next', 'record', 'report', 'canary', 'release']),
+    operation=dict(type='str', required=True, choices=['plan', 'fleet', 'report', 'canary', 'release']),
     run_dir=dict(type='path'),
     grid=dict(type='dict', default={}),
     hosts=dict(type='list', elements='str', default=[]),
     draft_model_paths=dict(type='dict', default={}),
     inventory=dict(type='list', elements='str', default=[]),
     facts=dict(type='dict', default={}),
-    round=dict(type='int'),
-    phase=dict(type='str', choices=['sweep', 'load'], default='sweep'),
     host=dict(type='str'),
     trial=dict(type='dict'),
-    launch=dict(type='dict'),
     benchmark=dict(type='dict'),
 )
 

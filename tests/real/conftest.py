@@ -27,7 +27,8 @@ for _path in (TESTS / 'support', TESTS / 'integration'):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from realserver import CPU_ARGS, SGLANG_VERSION, START_TIMEOUT, free_port, proc_stat, server_environment  # noqa: E402  pylint: disable=wrong-import-position
+from net import free_port  # noqa: E402  pylint: disable=wrong-import-position
+from realserver import CPU_ARGS, SGLANG_VERSION, START_TIMEOUT, proc_stat, server_environment  # noqa: E402  pylint: disable=wrong-import-position
 from simfleet import SimHost, alive  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu import build_library  # noqa: E402  pylint: disable=wrong-import-position
 

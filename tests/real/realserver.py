@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -26,12 +25,6 @@ START_TIMEOUT = 900.0  # the real server took 93-174 s to serve on this kind of 
 SCHEDULER_MIB = 20480  # what the simulated NVML shows the real scheduler holding (tests/real/gpuhook)
 # What the real server needs on this machine (FACTS.md, "Real SGLang on CPU"); the same for every server started here.
 CPU_ARGS = {'device': 'cpu', 'attention-backend': 'torch_native', 'max-total-tokens': 8192, 'max-running-requests': 8}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from net import free_port
 from polling import wait_for
 from realserver import (
     CPU_ARGS,
@@ -32,7 +33,6 @@ from realserver import (
     TESTS,
     comm,
     cpu_argv,
-    free_port,
     get_json,
     http,
     process_tree,

@@ -33,18 +33,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SIMGPU = REPO / 'tests' / 'simgpu'
 sys.path.insert(0, str(SIMGPU))
+sys.path.insert(0, str(REPO / 'tests' / 'support'))
 
+from net import free_port  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu.host import create_host  # noqa: E402  pylint: disable=wrong-import-position
 from simgpu.interpreter import write_interpreter  # noqa: E402  pylint: disable=wrong-import-position
 
 MARKER = '.simfleet'
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def dump(data: dict, comment: str) -> str:

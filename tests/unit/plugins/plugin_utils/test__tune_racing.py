@@ -39,7 +39,7 @@ def measure(plan: dict, host: str, trial: dict, number: int, rng: random.Random)
 
 
 def sweep(plan: dict, seed: int) -> list[dict]:
-    """The rounds in order, each host asking before it runs (as op_next does), skipped trials recorded."""
+    """The rounds in order, each host asking before it runs (as next_trial does), skipped trials recorded."""
     rng = random.Random(seed)
     points = dict((p['id'], p) for p in plan['points'])
     trials: list[dict] = []

@@ -1,0 +1,96 @@
+# Copyright (c) gpufleet.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""One trial of a sweep as one task (documented in plugins/modules/sglang_tune_trial.py).
+
+On the controller: the host's trial from the run directory (plugin_utils/_tune_trial.py). On the host, through
+``_execute_module``: sglang_launch with the trial's parameters, then sglang_benchmark against the server it started.
+On the controller again: the trial's checked record, appended to trials.jsonl. The run directory is opened and
+checked again for each of the two controller steps, as a task of its own would.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune_trial import ARGUMENT_SPEC
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_trial as trials
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir, StoreError, check_held
+
+LAUNCH = 'gpufleet.sglang.sglang_launch'
+BENCHMARK = 'gpufleet.sglang.sglang_benchmark'
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        dummy, params = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        run_dir = os.path.abspath(os.path.expanduser(params['run_dir']))
+        host = task_vars.get('inventory_hostname')
+        check_mode = bool(self._task.check_mode)
+        handed, plan = self.controller(run_dir, check_mode, lambda store: self.take(store, host, params, check_mode))
+        trial = handed.get('trial')
+        result.update(run=bool(handed.get('run')), trial=trial, status='skipped' if handed.get('skipped') else None, reason=handed.get('reason'))
+        if not handed.get('run') or not trial:
+            result.update(changed=False, msg=handed.get('reason') or 'no trial')
+            return result
+        if not params['instances']:
+            raise AnsibleActionFail('instances: the host has no instance to run the trial on')
+        if plan is None:
+            raise AnsibleActionFail('run_dir: %s gave a trial but no plan' % run_dir)  # take() reads it with the trial
+        try:
+            launch = self._execute_module(
+                module_name=LAUNCH,
+                module_args=trials.launch_args(run_dir, trial, handed, params['instances'], params['state_dir'], params['sglang_version']),
+                task_vars=task_vars,
+            )
+            bench: dict = {}
+            if trials.serves(launch):
+                bench = self._execute_module(
+                    module_name=BENCHMARK,
+                    module_args=trials.benchmark_args(plan, trial, handed, params['instances'][0], params['dataset_path']),
+                    task_vars=task_vars,
+                )
+        except AnsibleConnectionFailure as exc:
+            # The host is lost mid-trial: unreachable, as a task of its own would be, and the trial it was given is
+            # kept in the result for the sweep's last words (its state's mark says the rest once it answers).
+            result.update(unreachable=True, changed=True, msg=str(exc))
+            return result
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        recorded = self.controller(
+            run_dir, check_mode, lambda store: trials.record_trial(store, dict(trial, span_start=handed['span']['start']), launch, bench, check_mode)
+        )
+        result.update(changed=True, status=recorded['status'], reason=recorded['reason'], msg=recorded['msg'])
+        return result
+
+    @staticmethod
+    def take(store: RunDir, host: str, params: dict, check_mode: bool) -> tuple[dict, dict | None]:
+        """The host's trial of the round, and the plan it belongs to when it runs one."""
+        handed = trials.next_trial(store, host, params['round'], params['phase'], check_mode)
+        return handed, trials.load_plan(store) if handed.get('run') else None
+
+    @staticmethod
+    def controller(run_dir: str, check_mode: bool, step):
+        """``step(store)`` on the run directory, checked again first: still the sweep's, still held by this run."""
+        try:
+            with RunDir(run_dir) as store:
+                if store.exists and not check_mode:
+                    check_held(store)
+                return step(store)
+        except AnsibleActionFail:
+            raise
+        except StoreError as exc:
+            raise AnsibleActionFail('%s; nothing was touched by this task' % exc) from None
+        except (OSError, ValueError) as exc:
+            raise AnsibleActionFail('sglang_tune_trial: %s' % exc) from exc
