@@ -10,8 +10,8 @@ module: sglang_tune_trial
 short_description: Run one trial of a speculative-decoding sweep on a host, and record it
 version_added: 0.1.0
 description:
-  - One task per host and round of C(playbooks/tune.yml) (C(ansible-playbook gpufleet.sglang.tune)). An action plugin:
-    on the controller it takes the host's trial from the sweep's run directory O(run_dir); on the host it runs
+  - One task per host and round of C(playbooks/tune.yml) (C(ansible-playbook gpufleet.sglang.tune)). An action plugin. On the
+    controller it takes the host's trial from the sweep's run directory O(run_dir); on the host it runs
     M(gpufleet.sglang.sglang_launch) with the trial's parameters, then M(gpufleet.sglang.sglang_benchmark) against the
     server it started; on the controller again it appends the trial's record to C(trials.jsonl) and prints one progress
     line. No trial data passes through Jinja, and the run directory is checked again before each write.
@@ -27,7 +27,7 @@ description:
     meets the SLO and the lowest above it that does not, doubled, halved or bisected within C(min) and C(max)), until
     the bracket is one request wide or C(max_levels) levels are spent. A server already on the point serves on.
   - The relaunch is a trial of M(gpufleet.sglang.sglang_launch) (its O(gpufleet.sglang.sglang_launch#module:trial)
-    option): a fresh server with the trial's speculative parameters and environment variant merged over the host's
+    option), a fresh server with the trial's speculative parameters and environment variant merged over the host's
     instances, C(--enable-metrics) on, no rollback, a mark in the host's state that says which trial of which sweep runs
     and what ran before the sweep. A relaunch that fails, a benchmark that fails or one with any failed request make a
     failed trial, recorded with the reason and excluded from the statistics; the task itself does not fail for it.
