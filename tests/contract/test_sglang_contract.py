@@ -125,7 +125,7 @@ def test_every_flag_that_carries_a_secret_has_an_option_of_its_own(extracted):
     secret_flags = sorted(flag for flag, spec in extracted["flags"].items() if flag == spec["canonical"] and spec["takes_value"] and looks_secret.search(flag))
     assert secret_flags == ["--admin-api-key", "--api-key", "--ssl-keyfile-password"], (
         "a new flag of SGLang %s may carry a secret: give it an option of sglang_launch that goes through the "
-        "--config file (SECRET_OPTIONS in _relaunch.py) and add it to MANAGED_FLAGS: %s" % (extracted["version"], secret_flags)
+        "--config file (SECRET_OPTIONS in _instance_spec.py) and add it to MANAGED_FLAGS: %s" % (extracted["version"], secret_flags)
     )
     assert all(flag in flags.MANAGED_FLAGS for flag in secret_flags)
 
