@@ -23,9 +23,10 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.sglang.plugins.modules.sglang_tune import ARGUMENT_SPEC
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _extra_vars as extra_vars
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import (
@@ -37,30 +38,13 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import
     read_trials,
     release,
 )
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_text import finalists_text
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_trial import LEVEL_KEYS, clip, load_plan, speculative_of
 
 display = Display()
 
 # What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
 ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances')
-
-# The lines of report.md the playbook prints.
-VERDICT_LINES = (
-    '**Winner**',
-    '**At your SLO**',
-    '**No winner**',
-    'Winner at',
-    'It is',
-    'It **cannot',
-    'No speculative point',
-    'No point meets the SLO',
-    'By output tok/s alone',
-    'Violate the SLO',
-    'The best point',
-    'The curve turns',
-    'Sweep wall time',
-    'Runtime adaptivity',
-)
 
 
 def goodput_of(rows: list[dict], plan: dict) -> dict:
@@ -234,7 +218,7 @@ class ActionModule(ActionBase):
             lines.append(
                 'load search: then, for %s and the baseline, the highest concurrency that meets the SLO between %d and %d, '
                 'at most %d more levels each (%d rounds)'
-                % (store.finalists_text(bounds['finalists']), bounds['min'], bounds['max'], bounds['max_levels'], load_search.rounds(plan))
+                % (finalists_text(bounds['finalists']), bounds['min'], bounds['max'], bounds['max_levels'], load_search.rounds(plan))
             )
         return dict(
             seed=seed,
@@ -309,7 +293,7 @@ class ActionModule(ActionBase):
             return dict(msg=['check mode: no trial ran, no report is written'], winner=None, winners={}, files={})
         plan = load_plan(run_dir)
         try:
-            written = store.write_all(run_dir, plan)
+            written = report.write_all(run_dir, plan)
         except ImportError as exc:
             raise AnsibleActionFail(
                 'the report plot needs the Python package matplotlib on the controller (pip install matplotlib): %s; '
@@ -328,14 +312,12 @@ class ActionModule(ActionBase):
         names += [run_files.WINNER] if written['winner_yaml'] else []
         files = dict((name, run_dir.file(name)) for name in names)
         lines = []
-        flags = store.draft_flags(plan, written['trials'])
+        flags = analysis.draft_flags(plan, written['trials'])
         for algorithm, flag in sorted(flags.items()):
             # At the top of the verdict, and as a warning: the sweep measured the wrong thing for this algorithm.
-            lines.append('WARNING: %s' % store.draft_warning(algorithm, flag))
-            display.warning(store.draft_warning(algorithm, flag))
-        for text in (run_dir.read(run_files.REPORT) or '').splitlines():
-            if text.startswith(VERDICT_LINES):
-                lines.append(text.replace('**', ''))
+            lines.append('WARNING: %s' % analysis.draft_warning(algorithm, flag))
+            display.warning(analysis.draft_warning(algorithm, flag))
+        lines += written['verdict']
         refused = decision['apply_refused']
         applying = bool(plan['apply']) and winner is not None and (refused is None or bool(plan.get('apply_force')))
         if plan['apply'] and winner is not None:
@@ -415,12 +397,12 @@ class ActionModule(ActionBase):
             level = dict((k, levels[0].get(k)) for k in LEVEL_KEYS + run_files.LEVEL_FIGURES)
         elif bench.get('msg'):
             level = dict(measured=False, error=clip(bench['msg']))
-        verdict = store.canary_verdict(plan, store.load_trials(run_dir, plan), str(winner), str(host), level)
-        line = store.canary_text(verdict)
+        verdict = analysis.canary_verdict(plan, analysis.load_trials(run_dir, plan), str(winner), str(host), level)
+        line = report.canary_text(verdict)
         run_dir.write(run_files.CANARY, json.dumps(dict(verdict, recorded_at=run_files.now()), indent=1, sort_keys=True))
-        report = run_dir.read(run_files.REPORT)
-        if report is not None:
-            run_dir.write(run_files.REPORT, report + '\n## Canary\n\n%s.\n' % line)
+        markdown = run_dir.read(run_files.REPORT)
+        if markdown is not None:
+            run_dir.write(run_files.REPORT, markdown + '\n## Canary\n\n%s.\n' % line)
         if verdict['ok']:
             display.display(line)
         else:

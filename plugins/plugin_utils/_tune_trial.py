@@ -16,11 +16,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid_rules
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load_search
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as run_files
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir, record_problems
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_text import load_bracket_text
 
 display = Display()
 
@@ -84,17 +85,17 @@ def next_trial(run_dir: RunDir, host: str, number: int | None, phase: str, check
     points = dict((p['id'], p) for p in plan['points'])
     point = points[entry['point']]
     trial = dict(entry, round=number, host=host, label=grid_rules.label(point), environment_name=point['environment'])
-    recorded = store.load_trials(run_dir, plan)
+    recorded = analysis.load_trials(run_dir, plan)
     if entry['id'] in set(t['trial'] for t in recorded if t.get('status') in run_files.DONE):
         return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry['id'])
     # Every sweep: a draft model that accepts almost nothing is flagged after one trial, and no more of its
     # algorithm is measured. With adaptive: points beyond the turn of their family's curve.
     recorded = load_search.sweep_trials(recorded)
-    gate, why = 'acceptance', store.acceptance_skip(plan, recorded, point)
+    gate, why = 'acceptance', analysis.acceptance_skip(plan, recorded, point)
     if why is None and plan.get('search') == 'racing':
-        gate, why = 'racing', store.racing_skip(plan, recorded, point)
+        gate, why = 'racing', analysis.racing_skip(plan, recorded, point)
     if why is None and plan['adaptive']:
-        gate, why = 'adaptive', store.adaptive_skip(plan, recorded, point)
+        gate, why = 'adaptive', analysis.adaptive_skip(plan, recorded, point)
     if why:
         if not check_mode:
             run_dir.append_line(
@@ -122,9 +123,9 @@ def _next_load(plan: dict, host: str, number: int | None, run_dir: RunDir, idle:
     slot = load_search.assignment(plan, host, number)
     if slot is None:
         return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
-    trials = store.load_trials(run_dir, plan)
-    rows = store.aggregate(plan, trials)
-    found = load_search.searches(plan, rows, store.decide(plan, rows))
+    trials = analysis.load_trials(run_dir, plan)
+    rows = analysis.aggregate(plan, trials)
+    found = load_search.searches(plan, rows, analysis.decide(plan, rows))
     if slot[0] >= len(found):
         return dict(idle, reason='no load search for %s in load round %d' % (host, number + 1))
     search = found[slot[0]]
@@ -143,9 +144,9 @@ def _next_load(plan: dict, host: str, number: int | None, run_dir: RunDir, idle:
         return dict(idle, trial=trial, reason='%s was finished by an earlier run (resumed)' % entry_id)
     state = load_search.outcome(plan, rows, trials, search)
     if state['done']:
-        return dict(idle, trial=trial, reason='the load search of %s is done (%s)' % (search['label'], store.load_bracket_text(state)))
+        return dict(idle, trial=trial, reason='the load search of %s is done (%s)' % (search['label'], load_bracket_text(state)))
     trial['concurrency'] = state['next']
-    display.display('load search of %s on %s: concurrency %d (%s)' % (search['label'], host, state['next'], store.load_bracket_text(state)))
+    display.display('load search of %s on %s: concurrency %d (%s)' % (search['label'], host, state['next'], load_bracket_text(state)))
     return dict(
         run=not check_mode,
         trial=trial,

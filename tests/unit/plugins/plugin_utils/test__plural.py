@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural, were
@@ -46,9 +47,9 @@ def test_a_sweep_of_one_repeat_on_one_host_reads_in_the_singular(tmp_path):
         dict(trial='%s#1' % point, point=point, repeat=1, host='a', round=0, status='ok', levels=[level(1, tok_s, accept)], span=dict(start=0, end=10))
         for point, (tok_s, accept) in speeds.items()
     ]
-    rows = report.aggregate(plan, trials)
-    decision = report.decide(plan, rows)
-    text = report.report_markdown(plan, {}, rows, decision, report.families(rows, 1), trials, report.timing(trials))
+    rows = analysis.aggregate(plan, trials)
+    decision = analysis.decide(plan, rows)
+    text = report.report_markdown(plan, {}, rows, decision, analysis.families(rows, 1), trials, analysis.timing(trials))
     assert '3 points (baseline included) x 1 repeat on 1 host (the baseline on every host), 3 trials in 3 rounds.' in text
     assert 'The curve turns at 1 step:' in text
     for wrong in ('1 repeats', '1 hosts', '1 steps', '1 runs', '1 trials', '1 rounds'):

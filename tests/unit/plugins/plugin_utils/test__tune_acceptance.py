@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_store as files
@@ -52,7 +53,7 @@ FLAGS = [
 
 @pytest.mark.parametrize('trials, flagged', FLAGS)
 def test_draft_flags(trials, flagged):
-    found = report.draft_flags(plan(), trials)
+    found = analysis.draft_flags(plan(), trials)
     assert dict((k, (v['trial'], v['accept_length'])) for k, v in found.items()) == flagged
 
 
@@ -60,12 +61,12 @@ def test_the_flagged_algorithms_points_are_skipped_with_the_reason_and_the_other
     p = plan()
     points = dict((x['id'], x) for x in p['points'])
     trials = [trial(E3, 'b', [1.02, 1.3])]
-    why = report.acceptance_skip(p, trials, points['EAGLE3-1-1-2@default'])
+    why = analysis.acceptance_skip(p, trials, points['EAGLE3-1-1-2@default'])
     assert why is not None and why.startswith('the draft model accepts almost nothing under EAGLE3: accept length 1.02 at concurrency 1')
     assert 'check the algorithm (EAGLE vs EAGLE3) and the draft model' in why and 'on b' in why
-    assert report.acceptance_skip(p, trials, points[E3]) == why
-    assert report.acceptance_skip(p, trials, points['EAGLE-1-1-2@default']) is None
-    assert report.acceptance_skip(p, trials, points['baseline@default']) is None
+    assert analysis.acceptance_skip(p, trials, points[E3]) == why
+    assert analysis.acceptance_skip(p, trials, points['EAGLE-1-1-2@default']) is None
+    assert analysis.acceptance_skip(p, trials, points['baseline@default']) is None
 
 
 def test_the_report_warns_at_the_top_and_lists_what_was_not_measured():
@@ -77,8 +78,8 @@ def test_the_report_warns_at_the_top_and_lists_what_was_not_measured():
         dict(trial=E3 + '#2', point=E3, repeat=2, host='c', round=1, status='skipped', reason='x', gate='acceptance'),
         dict(trial='EAGLE-1-1-2@default#1', point='EAGLE-1-1-2@default', repeat=1, host='c', round=1, status='skipped', reason='beyond', gate='adaptive'),
     ]
-    rows = report.aggregate(p, trials)
-    text = report.report_markdown(p, dict(hosts={}), rows, report.decide(p, rows), {}, trials, {})
+    rows = analysis.aggregate(p, trials)
+    text = report.report_markdown(p, dict(hosts={}), rows, analysis.decide(p, rows), {}, trials, {})
     head = text.split('## Concurrency', maxsplit=1)[0]
     assert '**Warning: the draft model accepts almost nothing under EAGLE3: accept length 1.02' in head
     assert '## Skipped (the draft model accepts almost nothing)\n\n- EAGLE3-3-1-4@default#2 on c\n' in text

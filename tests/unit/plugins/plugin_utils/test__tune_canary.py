@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 
@@ -64,7 +65,7 @@ def canary(tok_s=None, failed=0, attainment=None, measured=True):
     ],
 )
 def test_the_canary_verdict(host, level, slo, ok, reason):
-    verdict = report.canary_verdict(plan(slo), trials(bool(slo)), WINNER, host, level)
+    verdict = analysis.canary_verdict(plan(slo), trials(bool(slo)), WINNER, host, level)
     assert verdict['ok'] is ok, verdict
     if reason is None:
         assert verdict['reason'] is None
@@ -77,6 +78,6 @@ def test_the_canary_verdict(host, level, slo, ok, reason):
 def test_the_load_search_runs_are_not_the_canary_reference():
     """A load-search run of the winner at the same level (a single run, another load) does not move the reference."""
     extra = dict(trial='load:1:1', point=WINNER, host='a', status='ok', phase='load', levels=[dict(concurrency=4, measured=True, output_throughput=10.0)])
-    alone = report.canary_verdict(plan(), trials(), WINNER, 'a', canary(97.0))
-    mixed = report.canary_verdict(plan(), trials() + [extra], WINNER, 'a', canary(97.0))
+    alone = analysis.canary_verdict(plan(), trials(), WINNER, 'a', canary(97.0))
+    mixed = analysis.canary_verdict(plan(), trials() + [extra], WINNER, 'a', canary(97.0))
     assert alone['expected'] == mixed['expected'] and mixed['ok']

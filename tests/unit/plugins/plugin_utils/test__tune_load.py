@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load as load
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
@@ -184,8 +185,8 @@ def sweep(plan):
 
 def test_the_finalists_are_the_best_points_and_the_baseline(tmp_path):
     plan = searched_plan(tmp_path)
-    rows = report.aggregate(plan, sweep(plan))
-    found = load.searches(plan, rows, report.decide(plan, rows))
+    rows = analysis.aggregate(plan, sweep(plan))
+    found = load.searches(plan, rows, analysis.decide(plan, rows))
     assert [(s['id'], s['host']) for s in found] == [('EAGLE-3-1-4@default', 'a'), ('baseline@default', 'b')]
     state = load.outcome(plan, rows, [], found[0])
     # The sweep measured 1 and 8, both meeting: double.
@@ -204,8 +205,8 @@ def test_load_records_are_checked_and_kept_out_of_the_sweep_statistics(tmp_path)
     assert files.record_problems(dict(good, phase='warmup'), plan) == ["phase is 'warmup', and this sweep has a load search (phase load)"]
     # A load run at the sweep's own level 8 with a bad figure changes nothing of the sweep's row at 8.
     trials = sweep(plan)
-    before = [r for r in report.aggregate(plan, trials) if r['concurrency'] == 8]
-    after = [r for r in report.aggregate(plan, trials + [load_record(0, 0, 'EAGLE-3-1-4@default', 'a', 8, 0.0, tok_s=1.0)]) if r['concurrency'] == 8]
+    before = [r for r in analysis.aggregate(plan, trials) if r['concurrency'] == 8]
+    after = [r for r in analysis.aggregate(plan, trials + [load_record(0, 0, 'EAGLE-3-1-4@default', 'a', 8, 0.0, tok_s=1.0)]) if r['concurrency'] == 8]
     assert [(r['id'], r['stats'], r['attainment']) for r in before] == [(r['id'], r['stats'], r['attainment']) for r in after]
 
 
@@ -223,8 +224,8 @@ def test_the_report_heads_with_the_load_each_finalist_holds(tmp_path):
         load_record(1, 2, 'baseline@default', 'b', 14, 0.8),
         load_record(1, 3, 'baseline@default', 'b', 13, 1.0, 720.0),
     ]
-    rows = report.aggregate(plan, trials)
-    decision = report.decide(plan, rows)
+    rows = analysis.aggregate(plan, trials)
+    decision = analysis.decide(plan, rows)
     loads = [load.outcome(plan, rows, trials, s) for s in load.searches(plan, rows, decision)]
     assert [(s['highest'], s['lowest_violating'], s['done'], s['steps']) for s in loads] == [(24, 28, False, 4), (13, 14, True, 4)]
     text = report.report_markdown(plan, {}, rows, decision, {}, trials, {}, loads)
@@ -243,7 +244,7 @@ def test_a_failed_run_stops_its_search_and_says_why(tmp_path):
     plan = searched_plan(tmp_path)
     failed = dict(load_record(0, 0, 'EAGLE-3-1-4@default', 'a', 16, 1.0), status='failed', levels=[], reason='the server did not start')
     trials = sweep(plan) + [failed]
-    rows = report.aggregate(plan, trials)
-    state = load.outcome(plan, rows, trials, load.searches(plan, rows, report.decide(plan, rows))[0])
+    rows = analysis.aggregate(plan, trials)
+    state = load.outcome(plan, rows, trials, load.searches(plan, rows, analysis.decide(plan, rows))[0])
     assert state['done'] and state['next'] is None
     assert state['stopped'] == 'load:1:1 on a: the server did not start'

@@ -12,6 +12,7 @@ import statistics
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
@@ -62,7 +63,7 @@ def test_paired_intervals_are_narrower_tell_a_4_percent_gain_and_keep_their_95_p
     seeds = range(100, 140)
     for seed in seeds:
         plan, trials = world(GAINS, repeats=4, seed=seed)
-        rows = dict((r['id'], r) for r in report.aggregate(plan, trials))
+        rows = dict((r['id'], r) for r in analysis.aggregate(plan, trials))
         gain, flat, base = rows['EAGLE-1-1-2@default'], rows['EAGLE-2-1-3@default'], rows['baseline@default']
         for row in (gain, flat):
             # the same estimator (bootstrap of the median) from the same measurements, unpaired: the host spread widens it
@@ -78,19 +79,19 @@ def test_paired_intervals_are_narrower_tell_a_4_percent_gain_and_keep_their_95_p
 
 def test_the_decision_uses_the_pairs():
     plan, trials = world(GAINS, repeats=4, seed=11)
-    rows = report.aggregate(plan, trials)
-    choice = report.decide(plan, rows)['per_level'][1]
+    rows = analysis.aggregate(plan, trials)
+    choice = analysis.decide(plan, rows)['per_level'][1]
     assert choice['winner']['id'] == 'EAGLE-1-1-2@default' and choice['distinct_from_baseline'] is True and choice['paired']
-    assert report.apply_gate(choice) is None
-    text = report.report_markdown(plan, dict(hosts={}), rows, report.decide(plan, rows), {}, trials, {})
+    assert analysis.apply_gate(choice) is None
+    text = report.report_markdown(plan, dict(hosts={}), rows, analysis.decide(plan, rows), {}, trials, {})
     assert 'host-adjusted (paired by host with the baseline)' in text and 'It is distinguishable from' in text
 
 
 @pytest.mark.parametrize('seed', [11, 12, 13])
 def test_no_gain_is_never_called_distinguishable_and_is_not_applied(seed):
     plan, trials = world(dict(GAINS, **{'EAGLE-1-1-2@default': 1.0}), repeats=4, seed=seed)
-    rows = report.aggregate(plan, trials)
-    decision = report.decide(plan, rows)
+    rows = analysis.aggregate(plan, trials)
+    decision = analysis.decide(plan, rows)
     choice = decision['per_level'][1]
     assert choice['distinct_from_baseline'] is not True and choice['distinct_from_runner_up'] is not True
     assert decision['apply_refused'] is not None
@@ -100,13 +101,13 @@ def test_no_gain_is_never_called_distinguishable_and_is_not_applied(seed):
 
 def test_fewer_than_three_pairs_give_no_interval_and_tell_nothing():
     plan, trials = world(GAINS, repeats=2)
-    rows = dict((r['id'], r) for r in report.aggregate(plan, trials))
+    rows = dict((r['id'], r) for r in analysis.aggregate(plan, trials))
     gain = rows['EAGLE-1-1-2@default']
     assert gain['paired']['n'] == 2 and gain['paired']['ci_low'] is None
     assert stats.beats_reference(gain) is None
-    choice = report.decide(plan, list(rows.values()))['per_level'][1]
+    choice = analysis.decide(plan, list(rows.values()))['per_level'][1]
     assert choice['distinct_from_baseline'] is None
-    text = report.report_markdown(plan, dict(hosts={}), list(rows.values()), report.decide(plan, list(rows.values())), {}, trials, {})
+    text = report.report_markdown(plan, dict(hosts={}), list(rows.values()), analysis.decide(plan, list(rows.values())), {}, trials, {})
     assert 'distinguishable' not in text.replace('not distinguishable', '').replace('cannot be told', '') or 'cannot be told' in text
     assert '(2 paired; 3 needed for an interval)' in text
 

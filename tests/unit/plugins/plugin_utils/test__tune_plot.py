@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_plot as plot
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
@@ -123,7 +124,7 @@ def test_pareto_frontier(items, keys):
 def test_under_an_slo_the_frontier_leaves_out_the_points_that_violate_it(tmp_path):
     # EAGLE 2/1/3, the best on both axes at every level, violates the SLO: the frontier is then 3 steps' (the next best).
     plan = make_plan(tmp_path, levels=(1, 8), slo=dict(tpot_ms=40, attainment=0.9))
-    rows = report.aggregate(plan, records(plan, slo_broken=('EAGLE-2-1-3@default',)))
+    rows = analysis.aggregate(plan, records(plan, slo_broken=('EAGLE-2-1-3@default',)))
     series = plot.pareto_series(rows, 64)
     assert [f[0] for f in plot.pareto_frontier(plot.frontier_items(series, plan['slo']))] == [('EAGLE-3-1-4@default', 1), ('EAGLE-3-1-4@default', 8)]
     assert [f[0] for f in plot.pareto_frontier(plot.frontier_items(series, None))] == [('EAGLE-2-1-3@default', 1), ('EAGLE-2-1-3@default', 8)]
@@ -153,7 +154,7 @@ def test_slo_note_says_what_is_not_drawable():
 def test_tok_s_per_user_is_the_output_over_the_requests_in_flight(tmp_path):
     # 8 prompts at most in flight at concurrency 16: the client never runs more requests at once than it sends.
     plan = make_plan(tmp_path, levels=(1, 4, 16), num_prompts=8)
-    series = plot.pareto_series(report.aggregate(plan, records(plan)), 8)
+    series = plot.pareto_series(analysis.aggregate(plan, records(plan)), 8)
     levels = series['EAGLE-2-1-3@default']['levels']
     assert [lv['concurrency'] for lv in levels] == [1, 4, 16]
     for lv, users in zip(levels, (1, 4, 8)):
@@ -163,7 +164,7 @@ def test_tok_s_per_user_is_the_output_over_the_requests_in_flight(tmp_path):
 def test_the_panels_rank_by_good_tok_s_under_an_slo(tmp_path):
     slo = dict(tpot_ms=20, attainment=0.9)
     plan = make_plan(tmp_path, slo=slo)
-    rows = report.aggregate(plan, records(plan, slo_broken=('EAGLE-3-1-4@default',)))
+    rows = analysis.aggregate(plan, records(plan, slo_broken=('EAGLE-3-1-4@default',)))
     chain = plot.level_series(rows, 1, plan['slo'])['families'][('EAGLE', 1, 'default')]
     assert [m['steps'] for m in chain] == [1, 2, 3]
     assert chain[2]['median'] == 0.0 and chain[2]['meets_slo'] is False
@@ -188,9 +189,9 @@ SHAPES = [
 @pytest.mark.parametrize('count, algorithms, variants', SHAPES)
 def test_plot_has_a_panel_per_level_and_its_legend_clear_of_every_panel(pyplot, tmp_path, count, algorithms, variants):
     plan = make_plan(tmp_path, levels=LEVELS[:count], algorithms=algorithms, variants=variants)
-    rows = report.aggregate(plan, records(plan))
+    rows = analysis.aggregate(plan, records(plan))
     assert len(plot.all_families(rows)) == len(algorithms) * variants
-    decision = report.decide(plan, rows)
+    decision = analysis.decide(plan, rows)
     winners = dict((c, ch['winner']['id']) for c, ch in decision['per_level'].items())
     figure = plot.levels_figure(rows, list(LEVELS[:count]), None, winners, 'title')
     assert [a.get_title() for a in panels(figure)] == ['concurrency %d' % c for c in LEVELS[:count]]
@@ -203,7 +204,7 @@ def test_plot_has_a_panel_per_level_and_its_legend_clear_of_every_panel(pyplot, 
 @pytest.mark.parametrize('count, algorithms, variants', [SHAPES[0], SHAPES[3], SHAPES[5]])
 def test_pareto_has_its_legend_clear_of_the_data(pyplot, tmp_path, count, algorithms, variants):
     plan = make_plan(tmp_path, levels=LEVELS[:count], algorithms=algorithms, variants=variants, slo=dict(tpot_ms=40, attainment=0.9))
-    rows = report.aggregate(plan, records(plan))
+    rows = analysis.aggregate(plan, records(plan))
     figure = plot.pareto_figure(rows, 64, plan['slo'], None, {}, 'title')
     assert [a.get_label() for a in figure.axes] == ['pareto']
     assert_legend_clear(figure)
@@ -211,8 +212,8 @@ def test_pareto_has_its_legend_clear_of_the_data(pyplot, tmp_path, count, algori
 
 def test_pareto_draws_the_tpot_limit_at_1000_over_tpot_the_frontier_and_the_winner(pyplot, tmp_path):
     plan = make_plan(tmp_path, levels=(1, 8), slo=dict(tpot_ms=40, ttft_ms=500, attainment=0.9))
-    rows = report.aggregate(plan, records(plan))
-    decision = report.decide(plan, rows)
+    rows = analysis.aggregate(plan, records(plan))
+    decision = analysis.decide(plan, rows)
     winner = decision['apply']['id']
     assert winner == 'EAGLE-2-1-3@default'
     figure = plot.pareto_figure(rows, 64, plan['slo'], winner, {}, 'title')

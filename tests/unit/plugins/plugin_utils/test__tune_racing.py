@@ -14,9 +14,10 @@ import statistics
 
 import pytest
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_text as text
 
 DRAFT = '/models/eagle-draft'
 HOSTS = dict(h1=0.93, h2=0.96, h3=0.98, h4=1.00)
@@ -45,7 +46,7 @@ def sweep(plan: dict, seed: int) -> list[dict]:
     trials: list[dict] = []
     for number, host_round in enumerate(plan['schedule']):
         for host, trial in sorted(host_round.items()):
-            why = report.racing_skip(plan, trials, points[trial['point']]) if plan['search'] == 'racing' else None
+            why = analysis.racing_skip(plan, trials, points[trial['point']]) if plan['search'] == 'racing' else None
             if why:
                 skipped = dict(trial=trial['id'], point=trial['point'], repeat=trial['repeat'], host=host, round=number, status='skipped')
                 trials.append(dict(skipped, reason=why, gate='racing'))
@@ -95,10 +96,10 @@ def test_elimination_leader_baseline_and_budget():
         for host, trial in host_round.items():
             trials.append(measure(plan, host, trial, number, rng))
     points = dict((p['id'], p) for p in plan['points'])
-    far = report.racing_skip(plan, trials, points['EAGLE-10-1-11@default'])
+    far = analysis.racing_skip(plan, trials, points['EAGLE-10-1-11@default'])
     assert far is not None and far.startswith('eliminated by the race at concurrency 1 after') and 'the leader EAGLE 2/1/3' in far
-    assert report.racing_skip(plan, trials, points['baseline@default']) is None
-    spent = report.racing_skip(dict(plan, max_trials=len(trials)), trials, points['baseline@default'])
+    assert analysis.racing_skip(plan, trials, points['baseline@default']) is None
+    spent = analysis.racing_skip(dict(plan, max_trials=len(trials)), trials, points['baseline@default'])
     assert spent == "the race's budget of %d trials (max_trials) is spent" % len(trials)
 
 
@@ -129,20 +130,20 @@ def paired_case(runs: int) -> tuple[dict, list[dict]]:
 def test_paired_with_the_leader_a_point_steadily_below_it_is_eliminated_from_six_runs(runs, eliminated):
     plan, trials = paired_case(runs)
     points = dict((p['id'], p) for p in plan['points'])
-    rows = report.aggregate(plan, trials)
-    leader = report.choose_level(rows, None)['winner']
+    rows = analysis.aggregate(plan, trials)
+    leader = analysis.choose_level(rows, None)['winner']
     mine = next(r for r in rows if r['id'] == 'EAGLE-1-1-2@default')
     assert leader['id'] == 'EAGLE-2-1-3@default'
     # the host-adjusted intervals overlap: the old rule alone would never tell these two apart
     assert stats.compared(mine)['ci_high'] > stats.compared(leader)['ci_low']
-    ratio = report.paired_with_leader(plan, trials, mine, leader)
+    ratio = analysis.paired_with_leader(plan, trials, mine, leader)
     assert ratio['n'] == runs and ratio['ci_high'] < 1.0 and 0.97 < ratio['median'] < 0.99, ratio
-    why = report.racing_skip(plan, trials, points['EAGLE-1-1-2@default'])
-    decided = report.racing_skip(plan, trials, points['EAGLE-2-1-3@default'])
+    why = analysis.racing_skip(plan, trials, points['EAGLE-1-1-2@default'])
+    decided = analysis.racing_skip(plan, trials, points['EAGLE-2-1-3@default'])
     if eliminated:
         assert why == (
             'eliminated by the race at concurrency 1 after 6 runs: paired by host with the leader EAGLE 2/1/3, its tok/s against it '
-            '%s, wholly below it' % report._ratio_text(ratio)
+            '%s, wholly below it' % text.ratio_text(ratio)
         )
         assert decided == 'the race is decided at concurrency 1: EAGLE 2/1/3 is told apart from every other point'
     else:
@@ -161,7 +162,7 @@ def test_under_an_slo_the_pairing_with_the_leader_is_by_good_tok_s():
         level['slo_attainment'] = 1.0
         level['good_output_throughput'] = level['output_throughput'] * (0.99 if trial['point'] == 'EAGLE-1-1-2@default' else 1.0)
     points = dict((p['id'], p) for p in plan['points'])
-    why = report.racing_skip(plan, trials, points['EAGLE-1-1-2@default'])
+    why = analysis.racing_skip(plan, trials, points['EAGLE-1-1-2@default'])
     assert why is not None and why.startswith(
         'eliminated by the race at concurrency 1 after 6 runs: paired by host with the leader EAGLE 2/1/3, its good tok/s against it -2.9% ['
     ), why
@@ -176,7 +177,9 @@ def test_racing_reaches_the_grids_winner_with_fewer_trials_on_seeded_worlds():
     for seed in range(10):
         full_plan, race_plan = plan_of('grid', seed=seed), plan_of('racing', seed=seed)
         full, race = sweep(full_plan, seed), sweep(race_plan, seed)
-        winner = dict((name, report.decide(p, report.aggregate(p, t))['apply']['id']) for name, p, t in (('full', full_plan, full), ('race', race_plan, race)))
+        winner = dict(
+            (name, analysis.decide(p, analysis.aggregate(p, t))['apply']['id']) for name, p, t in (('full', full_plan, full), ('race', race_plan, race))
+        )
         assert winner['full'] == winner['race'] == 'EAGLE-2-1-3@default', (seed, winner)
         ran = [t for t in race if t['status'] == 'ok']
         shares.append(len(ran) / len(full))
@@ -194,7 +197,9 @@ def test_with_twelve_repeats_the_pairing_with_the_leader_keeps_the_race_under_ha
     for seed in range(4):
         full_plan, race_plan = plan_of('grid', repeats=12, seed=seed), plan_of('racing', repeats=12, seed=seed)
         full, race = sweep(full_plan, seed), sweep(race_plan, seed)
-        winner = dict((name, report.decide(p, report.aggregate(p, t))['apply']['id']) for name, p, t in (('full', full_plan, full), ('race', race_plan, race)))
+        winner = dict(
+            (name, analysis.decide(p, analysis.aggregate(p, t))['apply']['id']) for name, p, t in (('full', full_plan, full), ('race', race_plan, race))
+        )
         assert winner['full'] == winner['race'] == 'EAGLE-2-1-3@default', (seed, winner)
         ran = [t for t in race if t['status'] == 'ok']
         shares.append(len(ran) / len(full))

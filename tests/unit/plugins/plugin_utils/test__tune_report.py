@@ -13,6 +13,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
@@ -96,11 +97,11 @@ def test_append_and_load_survive_a_torn_line_and_keep_the_last_record(tmp_path):
         run_dir.append_line(files.TRIALS, dict(first, status='ok', reason=None))
         with open(tmp_path / files.TRIALS, 'a') as handle:
             handle.write('{"trial": "y#1", "sta')  # a run killed mid-write
-        assert store.load_trials(run_dir) == [dict(first, status='ok', reason=None)]
-        assert store.done_trials(run_dir) == {'x#1'}
+        assert analysis.load_trials(run_dir) == [dict(first, status='ok', reason=None)]
+        assert analysis.done_trials(run_dir) == {'x#1'}
     assert oct(os.stat(tmp_path / files.TRIALS).st_mode & 0o777) == '0o600'
     (tmp_path / 'none').mkdir(mode=0o700)
-    assert store.load_trials(RunDir(str(tmp_path / 'none'))) == []
+    assert analysis.load_trials(RunDir(str(tmp_path / 'none'))) == []
 
 
 AGGREGATES = [
@@ -129,7 +130,7 @@ AGGREGATES = [
 @pytest.mark.parametrize('extra, point, concurrency, runs, failed', AGGREGATES)
 def test_aggregate(tmp_path, extra, point, concurrency, runs, failed):
     plan = make_plan(tmp_path)
-    rows = store.aggregate(plan, measured_trials() + extra)
+    rows = analysis.aggregate(plan, measured_trials() + extra)
     assert len(rows) == len(plan['points']) * 2
     found = next(r for r in rows if r['id'] == point and r['concurrency'] == concurrency)
     assert len(found['values']) == runs and found['failed'] == failed
@@ -141,7 +142,7 @@ def test_winner_per_concurrency_and_the_one_apply_uses(tmp_path):
     plan = make_plan(tmp_path)
     # at concurrency 8 speculation loses: the baseline is best there
     high = {'baseline@default': 400.0, 'EAGLE-1-1-2@default': 380.0, 'EAGLE-2-1-3@default': 370.0, 'EAGLE-3-1-4@default': 330.0}
-    decision = store.decide(plan, store.aggregate(plan, measured_trials(high=high)))
+    decision = analysis.decide(plan, analysis.aggregate(plan, measured_trials(high=high)))
     assert decision['per_level'][1]['winner']['id'] == 'EAGLE-2-1-3@default'
     assert decision['per_level'][8]['winner']['id'] == 'baseline@default'
     assert decision['apply']['id'] == 'EAGLE-2-1-3@default' and decision['apply_concurrency'] == 1
@@ -168,12 +169,12 @@ ADAPTIVE = [
 def test_adaptive_skip(tmp_path, curve, steps, skipped):
     plan = make_plan(tmp_path, adaptive=True)
     point = next(p for p in plan['points'] if p['num_steps'] == steps)
-    why = store.adaptive_skip(plan, measured_trials(curve), point)
+    why = analysis.adaptive_skip(plan, measured_trials(curve), point)
     assert bool(why) == skipped, why
     if skipped:
         assert why.startswith('beyond the turn') and 'concurrency 1' in why
     baseline = next(p for p in plan['points'] if not p['algorithm'])
-    assert store.adaptive_skip(plan, measured_trials(curve), baseline) is None
+    assert analysis.adaptive_skip(plan, measured_trials(curve), baseline) is None
 
 
 def test_write_all_writes_every_file(tmp_path):
@@ -211,10 +212,27 @@ def test_write_all_writes_every_file(tmp_path):
         '| a | 1 x NVIDIA H200 |',
     ):
         assert text in report, text
+    # The verdict comes back as data: the sentences of the report that say what won and why, in its order, plain.
+    plain = report.replace('**', '').splitlines()
+    verdict = written['verdict'] if written is not None else store.verdict_of(store.report_lines(plan, {}, *verdict_inputs(plan, records)))
+    assert '**' not in ''.join(verdict)
+    assert [line.split(',')[0] for line in verdict if line.startswith('Winner at concurrency')] == [
+        'Winner at concurrency 1 (what `apply` uses): EAGLE 2/1/3',
+        'Winner at concurrency 1: EAGLE 2/1/3',
+        'Winner at concurrency 8: EAGLE 2/1/3',
+    ]
+    assert 'The curve turns at 2 steps: beyond it a step costs more of the cycle than the tokens it adds.' in verdict
+    assert all(line in plain for line in verdict) and not any(line.startswith(('|', '#', '-')) for line in verdict)
     if written is not None:
         png = (tmp_path / files.PLOT).read_bytes()
         assert png[:8] == b'\x89PNG\r\n\x1a\n' and len(png) > 10000
         assert written['timing']['max_parallel'] == 4 and written['timing']['trials'] == 13
+
+
+def verdict_inputs(plan: dict, records: list[dict]) -> tuple:
+    rows = analysis.aggregate(plan, records)
+    decision = analysis.decide(plan, rows)
+    return rows, decision, analysis.families(rows, plan['apply_concurrency']), records, analysis.timing(records)
 
 
 TIMINGS = [
@@ -228,10 +246,10 @@ TIMINGS = [
 @pytest.mark.parametrize('windows, share, peak, at_once', TIMINGS)
 def test_timing(windows, share, peak, at_once):
     trials = [dict(benchmark_window=dict(start=s, end=e), span=dict(start=s, end=e)) for s, e in windows]
-    spent = store.timing(trials)
+    spent = analysis.timing(trials)
     assert spent['parallel_share'] == pytest.approx(share) and spent['max_parallel'] == peak
     assert spent['hosts_at_once'] == pytest.approx(at_once)
-    assert store.timing([]) == {}
+    assert analysis.timing([]) == {}
 
 
 CLIPS = [
@@ -287,4 +305,4 @@ GATES = [
 
 @pytest.mark.parametrize('values, refused', GATES)
 def test_apply_needs_a_winner_told_from_the_baseline(values, refused):
-    assert store.apply_gate(stats.choose(_choice_rows(values))) == refused
+    assert analysis.apply_gate(stats.choose(_choice_rows(values))) == refused

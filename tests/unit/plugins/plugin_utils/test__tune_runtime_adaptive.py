@@ -13,6 +13,7 @@ import io
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as store
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import RunDir
@@ -150,8 +151,8 @@ SPEEDS = {
 
 
 def answers(plan, speeds) -> dict:
-    rows = store.aggregate(plan, trials_for(plan, speeds))
-    decision = store.decide(plan, rows)
+    rows = analysis.aggregate(plan, trials_for(plan, speeds))
+    decision = analysis.decide(plan, rows)
     return dict((c, dict((a['row']['id'], a) for a in level)) for c, level in decision['adaptive'].items())
 
 

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.sglang.plugins.action import sglang_tune as action
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_dataset as dataset
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
@@ -61,8 +62,8 @@ def records(figures: dict, repeats: int = 3) -> list[dict]:
 
 def decide(tmp_path, figures, slo=None, repeats=3):
     plan = make_plan(tmp_path, repeats=repeats, slo=SLO if slo is None else slo)
-    rows = report.aggregate(plan, records(figures, repeats))
-    return plan, rows, report.decide(plan, rows)
+    rows = analysis.aggregate(plan, records(figures, repeats))
+    return plan, rows, analysis.decide(plan, rows)
 
 
 # The fastest point (EAGLE 2/1/3) breaks the TTFT limit for 30% of its requests; EAGLE 1/1/2 meets it.
@@ -84,7 +85,7 @@ def test_the_slo_changes_the_winner_and_names_the_points_that_violate_it(tmp_pat
     assert choice['by_tok_s']['id'] == 'EAGLE-2-1-3@default'
     assert decision['apply_refused'] is None
     # Without an SLO the fastest point wins, as before.
-    plain = report.decide(dict(plan, slo=None), rows)
+    plain = analysis.decide(dict(plan, slo=None), rows)
     assert plain['per_level'][1]['winner']['id'] == 'EAGLE-2-1-3@default'
 
 
@@ -93,8 +94,8 @@ def test_the_slo_changes_the_winner_and_names_the_points_that_violate_it(tmp_pat
     [(0.99, 0.99, True), (0.985, 0.99, False), (1.0, 1.0, True), (0.5, 0.5, True), (None, 0.99, None)],
 )
 def test_a_point_meets_the_slo_when_its_attainment_reaches_the_target(attainment, target, meets):
-    assert report.meets_slo(dict(attainment=attainment), dict(SLO, attainment=target)) is meets
-    assert report.meets_slo(dict(attainment=attainment), None) is None
+    assert analysis.meets_slo(dict(attainment=attainment), dict(SLO, attainment=target)) is meets
+    assert analysis.meets_slo(dict(attainment=attainment), None) is None
 
 
 def test_nothing_meets_the_slo_no_winner_and_apply_refuses(tmp_path):
@@ -110,7 +111,7 @@ def test_a_run_with_failed_requests_counts_against_the_attainment(tmp_path):
     recs = records(FIGURES)
     # EAGLE 1/1/2's third run lost 4 of 10 requests: no measurement of tok/s, but its 60% weighs in the attainment
     recs[5]['levels'] = [level(100.0, 60.0, 0.6, failed=4)]
-    rows = report.aggregate(plan, recs)
+    rows = analysis.aggregate(plan, recs)
     row = next(r for r in rows if r['id'] == 'EAGLE-1-1-2@default')
     assert row['stats']['n'] == 2 and row['attainment'] == pytest.approx((0.95 + 0.95 + 0.6) / 3)
     assert row['meets_slo'] is False
@@ -134,8 +135,8 @@ def test_a_baseline_that_violates_the_slo_is_no_contender(tmp_path):
 def test_the_report_says_who_violates_and_when_nothing_meets_it(tmp_path):
     plan = make_plan(tmp_path, slo=SLO)
     fleet = dict(hosts={})
-    rows = report.aggregate(plan, records(FIGURES))
-    text = report.report_markdown(plan, fleet, rows, report.decide(plan, rows), {}, records(FIGURES), {})
+    rows = analysis.aggregate(plan, records(FIGURES))
+    text = report.report_markdown(plan, fleet, rows, analysis.decide(plan, rows), {}, records(FIGURES), {})
     for line in (
         'SLO: TTFT <= 500 ms for 90% of requests.',
         '--goodput ttft:500 --output-details',
@@ -148,8 +149,8 @@ def test_the_report_says_who_violates_and_when_nothing_meets_it(tmp_path):
     ):
         assert line in text, line
     nothing = dict((p, (100.0, 10.0, 0.5)) for p in POINTS)
-    rows = report.aggregate(plan, records(nothing))
-    text = report.report_markdown(plan, fleet, rows, report.decide(plan, rows), {}, records(nothing), {})
+    rows = analysis.aggregate(plan, records(nothing))
+    text = report.report_markdown(plan, fleet, rows, analysis.decide(plan, rows), {}, records(nothing), {})
     assert '**No winner**: no point meets the SLO (TTFT <= 500 ms for 90% of requests) at concurrency 1, so there is nothing to apply' in text
     assert 'No point meets the SLO at concurrency 1: there is no winner here.' in text
 
@@ -240,4 +241,4 @@ def test_the_goodput_returned_for_the_artifacts_is_the_summarys(tmp_path):
         assert float(summary[point]['slo_attainment']) == figures['attainment'] and float(summary[point]['median_good_tok_s']) == figures['good_tok_s']
     # Without an SLO there is no goodput to keep.
     plain = dict(plan, slo=None)
-    assert action.goodput_of(report.aggregate(plain, records(FIGURES)), plain) == {}
+    assert action.goodput_of(analysis.aggregate(plain, records(FIGURES)), plain) == {}

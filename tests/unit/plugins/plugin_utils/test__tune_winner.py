@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import yaml
 
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_analysis as analysis
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_report as report
 from ansible_collections.gpufleet.sglang.tests.unit.plugins.plugin_utils.test__tune_paired import GAINS, world
@@ -18,8 +19,8 @@ FLEET = dict(hosts=dict((h, dict(draft_model_path='/models/eagle-draft')) for h 
 
 def test_the_snippet_carries_the_winner_and_the_draft_model_and_says_it_is_told_apart():
     plan, trials = world(GAINS, repeats=4, seed=11)
-    rows = report.aggregate(plan, trials)
-    text = report.winner_yaml(plan, FLEET, report.decide(plan, rows))
+    rows = analysis.aggregate(plan, trials)
+    text = report.winner_yaml(plan, FLEET, analysis.decide(plan, rows))
     assert text is not None
     assert yaml.safe_load(text) == dict(
         sglang_server_speculative=dict(algorithm='EAGLE', draft_model_path='/models/eagle-draft', num_steps=1, eagle_topk=1, num_draft_tokens=2)
@@ -29,10 +30,10 @@ def test_the_snippet_carries_the_winner_and_the_draft_model_and_says_it_is_told_
 
 def test_a_baseline_winner_turns_speculation_off_and_says_when_it_is_not_told_apart():
     plan, trials = world(dict(GAINS, **{'EAGLE-1-1-2@default': 0.8, 'EAGLE-2-1-3@default': 0.8}), repeats=4, seed=11)
-    decision = report.decide(plan, report.aggregate(plan, trials))
+    decision = analysis.decide(plan, analysis.aggregate(plan, trials))
     assert yaml.safe_load(report.winner_yaml(plan, FLEET, decision)) == dict(sglang_server_speculative={})
     plan, trials = world(dict(GAINS, **{'EAGLE-1-1-2@default': 1.0}), repeats=2, seed=11)
-    text = report.winner_yaml(plan, FLEET, report.decide(plan, report.aggregate(plan, trials)))
+    text = report.winner_yaml(plan, FLEET, analysis.decide(plan, analysis.aggregate(plan, trials)))
     assert 'NOT told apart' in text
 
 
