@@ -311,6 +311,9 @@ class ServerState(object):
         text, ids, cycles = [], [], 0
         try:
             prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"]) * self.speed.prefill_factor()
+            # The decode's deadlines count from the modelled end of the prefill, not from when this thread woke after
+            # it: a late wake-up on a busy machine delays the first token, and the decode catches up.
+            deadline = time.monotonic() + prefill_s
             time.sleep(prefill_s)
             with self.lock:
                 self.prefill_tokens_total += prompt_tokens
@@ -318,7 +321,7 @@ class ServerState(object):
             repetition = repetitiveness(prompt_text)
             pacers = {}  # one per chain length: adaptive speculation changes it from cycle to cycle
             proposed = 0
-            deadline = time.monotonic()
+            pending_text, pending_ids = [], []  # cycles decoded but not yet streamed
             while len(ids) < max_new_tokens:
                 # each cycle at the pace of the batch decoding now (every running request is in it)
                 batch = max(self.running, 1)
@@ -337,12 +340,20 @@ class ServerState(object):
                 new_text = "".join(" " + FILLER[(len(ids) + i) % len(FILLER)] for i in range(produced))
                 ids.extend(new_ids)
                 text.append(new_text)
+                pending_ids.extend(new_ids)
+                pending_text.append(new_text)
                 cycles += 1
                 entry[1] = len(ids)
                 self.record_cycle(produced, cycle_s, batch, model)
                 self.adapt(produced, model, batch)
-                if emit is not None:
-                    emit(new_text, new_ids, len(ids) >= max_new_tokens)
+                finished = len(ids) >= max_new_tokens
+                # A thread that woke late (a busy machine) has the next cycle due already: it decodes that one before
+                # streaming, so one late wake-up costs one chunk of several cycles' tokens rather than a chunk per
+                # cycle, and the modelled pace holds however loaded the machine is (SGLang too streams a chunk per
+                # stream_interval, not per token).
+                if emit is not None and (finished or deadline + cycle_s > time.monotonic()):
+                    emit("".join(pending_text), pending_ids, finished)
+                    pending_text, pending_ids = [], []
         finally:
             with self.lock:
                 self.running -= 1
