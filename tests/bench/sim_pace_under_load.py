@@ -97,7 +97,7 @@ def main() -> None:
             for index, point in enumerate(names):
                 argv = ['--model-path', MODEL, *POINTS[point]]
                 servers.append((Server(tmp, host, argv, CONFIG, env={'CUDA_VISIBLE_DEVICES': str(index)}), point))
-            for server, _ in servers:
+            for server, _point in servers:
                 server.wait_ready(60)
             print(
                 '%d servers benchmarked at once, %d times per level and condition; measured output tok/s / the speed model\'s: the median '
@@ -106,8 +106,8 @@ def main() -> None:
             print('%-12s %11s %8s   %-20s %-20s' % ('point', 'concurrency', 'model', 'quiet', 'loaded'))
             for concurrency in opts.concurrency:
                 quiet = [v for r in range(opts.rounds) for v in measure(servers, concurrency, opts.prompts, tmp, 'quiet%d' % r)]
-                burners = [multiprocessing.Process(target=spin, args=(600.0,)) for _ in range(opts.burners)]
-                burners += [multiprocessing.Process(target=churn, args=(600.0,)) for _ in range(opts.churners)]
+                burners = [multiprocessing.Process(target=spin, args=(600.0,)) for _burner in range(opts.burners)]
+                burners += [multiprocessing.Process(target=churn, args=(600.0,)) for _churner in range(opts.churners)]
                 for burner in burners:
                     burner.start()
                 try:
@@ -126,7 +126,7 @@ def main() -> None:
                         % (point, concurrency, expected, statistics.median(q), q[0], q[-1], statistics.median(lo), lo[0], lo[-1])
                     )
         finally:
-            for server, _ in servers:
+            for server, _point in servers:
                 server.kill_group()
 
 

@@ -487,7 +487,7 @@ class StreamResponse(object):
             if not await self._more():
                 line, self.buffer = self.buffer, b""
                 return line
-        line, _, self.buffer = self.buffer.partition(b"\n")
+        line, _newline, self.buffer = self.buffer.partition(b"\n")
         return line + b"\n"
 
     async def read(self):
@@ -527,7 +527,7 @@ async def open_stream(method, url, body=None, headers=None):
             line = (await response._wait(reader.readline())).decode("latin-1").rstrip("\r\n")
             if not line:
                 break
-            name, _, value = line.partition(":")
+            name, _colon, value = line.partition(":")
             received[name.strip().lower()] = value.strip()
         return writer, StreamResponse(reader, int(words[1]), words[2] if len(words) > 2 else "", received, deadline)
     except BaseException:
