@@ -39,6 +39,63 @@ def verdict_of(lines: list[str]) -> list[str]:
     return [str(line).replace('**', '') for line in lines if isinstance(line, Verdict)]
 
 
+def table(columns: list[tuple[str, str]], rows: list[list]) -> list[str]:
+    """Every table of report.md: the header of ``columns`` (name, ``r`` for right-aligned or ``l``), its alignment line
+    and one line per row of cells."""
+    lines = ['| %s |' % ' | '.join(name for name, _align in columns)]
+    lines.append('| %s |' % ' | '.join('---:' if align == 'r' else '---' for _name, align in columns))
+    return lines + ['| %s |' % ' | '.join(str(cell) for cell in row) for row in rows]
+
+
+# The per-level table of report.md, and its SLO columns.
+LEVEL_COLUMNS = [
+    ('rank', 'r'),
+    ('point', 'l'),
+    ('tok/s (median)', 'r'),
+    ('95% interval', 'l'),
+    ('against the baseline, paired by host (95%)', 'l'),
+    ('IQR', 'r'),
+    ('accept length', 'r'),
+    ('mean TTFT (ms)', 'r'),
+    ('p99 TTFT (ms)', 'r'),
+    ('mean ITL (ms)', 'r'),
+    ('p99 ITL (ms)', 'r'),
+    ('trials (measured/failed)', 'l'),
+]
+SLO_COLUMNS = [('SLO attainment', 'r'), ('good tok/s (median)', 'r'), ('good tok/s 95% interval', 'l'), ('good tok/s against the baseline, paired', 'l')]
+# The step arithmetic of a family (Why the winner wins).
+ARITHMETIC_COLUMNS = [(name, 'r') for name in ('steps', 'tok/s', 'accept length', 'p', 'cycle cost T', 'step cost c', 'next step adds (tok/cycle)')]
+ARITHMETIC_COLUMNS += [('gain/A', 'r'), ('c/T', 'r'), ('pays', 'l')]
+
+
+def _level_cells(number: int, row: dict, choice: dict, slo: dict | None) -> list:
+    """One row of the per-level table."""
+    st = row['stats']
+    mark = ' **(winner)**' if choice.get('winner') is not None and choice['winner']['id'] == row['id'] else ''
+    cells = [
+        number if st else '-',
+        row['label'] + mark,
+        fmt(st.get('median')),
+        interval(st),
+        ratio_text(row.get('paired') or {}) if row['point']['algorithm'] else 'the reference',
+        fmt(st.get('iqr')),
+        fmt(row.get('accept_length'), 2),
+        fmt(row.get('mean_ttft_ms')),
+        fmt(row.get('p99_ttft_ms')),
+        fmt(row.get('mean_itl_ms'), 2),
+        fmt(row.get('p99_itl_ms'), 2),
+        '%d/%d%s' % (st.get('n', 0), row['failed'], ' (skipped)' if row.get('skipped') else ''),
+    ]
+    if slo:
+        cells += [
+            percent(row.get('attainment')) + ('' if row.get('meets_slo') is not False else ' (violates)'),
+            fmt(row['good_stats'].get('median')),
+            interval(row['good_stats']),
+            ratio_text(row.get('good_paired') or {}) if row['point']['algorithm'] else 'the reference',
+        ]
+    return cells
+
+
 SUMMARY_COLUMNS = (
     'point',
     'algorithm',
@@ -91,23 +148,24 @@ def _adaptive_section(decision: dict, unit: str) -> list[str]:
         'baseline included), compared as the winner is.'
     )
     out.append('')
-    out.append('| concurrency | adaptive point | %s (median) | best static point | %s (median) | beats it? | why |' % (unit, unit))
-    out.append('| ---: | --- | ---: | --- | ---: | --- | --- |')
-    for concurrency, answers in levels.items():
-        for answer in answers:
-            static = answer['static']
-            out.append(
-                '| %d | %s | %s | %s | %s | **%s** | %s |'
-                % (
-                    concurrency,
-                    answer['row']['label'],
-                    fmt(stats.compared(answer['row']).get('median')),
-                    static['label'] if static else '-',
-                    fmt(stats.compared(static).get('median')) if static else '-',
-                    answer['verdict'],
-                    answer['why'],
-                )
-            )
+    columns = [('concurrency', 'r'), ('adaptive point', 'l'), ('%s (median)' % unit, 'r'), ('best static point', 'l')]
+    columns += [('%s (median)' % unit, 'r'), ('beats it?', 'l'), ('why', 'l')]
+    out += table(
+        columns,
+        [
+            [
+                concurrency,
+                answer['row']['label'],
+                fmt(stats.compared(answer['row']).get('median')),
+                answer['static']['label'] if answer['static'] else '-',
+                fmt(stats.compared(answer['static']).get('median')) if answer['static'] else '-',
+                '**%s**' % answer['verdict'],
+                answer['why'],
+            ]
+            for concurrency, answers in levels.items()
+            for answer in answers
+        ],
+    )
     out.append('')
     for concurrency, answers in levels.items():
         for answer in answers:
@@ -277,49 +335,9 @@ def report_lines(
     for concurrency, choice in decision['per_level'].items():
         lines.append('## Concurrency %d' % concurrency)
         lines.append('')
-        lines.append(
-            '| rank | point | tok/s (median) | 95% interval | against the baseline, paired by host (95%) | IQR | accept length '
-            '| mean TTFT (ms) | p99 TTFT (ms) | mean ITL (ms) | p99 ITL (ms) | trials (measured/failed) |'
-            + (' SLO attainment | good tok/s (median) | good tok/s 95% interval | good tok/s against the baseline, paired |' if slo else '')
-        )
-        lines.append('| ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |' + (' ---: | ---: | --- | --- |' if slo else ''))
         level_rows = [r for r in rows if r['concurrency'] == concurrency]
         level_rows.sort(key=lambda r: -(r['stats'].get('median') or -1.0))
-        for number, row in enumerate(level_rows, 1):
-            st = row['stats']
-            mark = ' **(winner)**' if choice.get('winner') is not None and choice['winner']['id'] == row['id'] else ''
-            lines.append(
-                '| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d%s |'
-                % (
-                    number if st else '-',
-                    row['label'],
-                    mark,
-                    fmt(st.get('median')),
-                    interval(st),
-                    ratio_text(row.get('paired') or {}) if row['point']['algorithm'] else 'the reference',
-                    fmt(st.get('iqr')),
-                    fmt(row.get('accept_length'), 2),
-                    fmt(row.get('mean_ttft_ms')),
-                    fmt(row.get('p99_ttft_ms')),
-                    fmt(row.get('mean_itl_ms'), 2),
-                    fmt(row.get('p99_itl_ms'), 2),
-                    st.get('n', 0),
-                    row['failed'],
-                    ' (skipped)' if row.get('skipped') else '',
-                )
-                + (
-                    ' %s%s | %s | %s | %s |'
-                    % (
-                        percent(row.get('attainment')),
-                        '' if row.get('meets_slo') is not False else ' (violates)',
-                        fmt(row['good_stats'].get('median')),
-                        interval(row['good_stats']),
-                        ratio_text(row.get('good_paired') or {}) if row['point']['algorithm'] else 'the reference',
-                    )
-                    if slo
-                    else ''
-                )
-            )
+        lines += table(LEVEL_COLUMNS + (SLO_COLUMNS if slo else []), [_level_cells(number, row, choice, slo) for number, row in enumerate(level_rows, 1)])
         lines.append('')
         lines += _verdict(choice, concurrency, unit)
         if slo:
@@ -373,12 +391,14 @@ def report_lines(
         for trial in sorted(failed, key=lambda t: t['trial']):
             lines.append('- %s on %s: %s' % (trial['trial'], trial.get('host'), trial.get('reason')))
         lines.append('')
-    lines += ['## Fleet', '', '| host | GPUs | model | SGLang | before the sweep |', '| --- | --- | --- | --- | --- |']
-    for host, facts in sorted((fleet or {}).get('hosts', {}).items()):
-        lines.append(
-            '| %s | %s x %s | %s | %s | %s |'
-            % (host, facts.get('gpu_count'), facts.get('gpu_name'), facts.get('model_path'), facts.get('sglang_version'), facts.get('before_label'))
-        )
+    lines += ['## Fleet', '']
+    lines += table(
+        [('host', 'l'), ('GPUs', 'l'), ('model', 'l'), ('SGLang', 'l'), ('before the sweep', 'l')],
+        [
+            [host, '%s x %s' % (facts.get('gpu_count'), facts.get('gpu_name')), facts.get('model_path'), facts.get('sglang_version'), facts.get('before_label')]
+            for host, facts in sorted((fleet or {}).get('hosts', {}).items())
+        ],
+    )
     lines.append('')
     if timing:
         lines += ['## Time', '']
@@ -453,8 +473,9 @@ def load_section(plan: dict, loads: list[dict]) -> list[str]:
         'point. A level measured once says less than the sweep\'s repeated ones: read the bracket, not the last request.'
         % (finalists_text(bounds['finalists']), plan['apply_concurrency'], bounds['min'], bounds['max'], slo_text(plan.get('slo')), bounds['max_levels'])
     )
-    lines += ['', '| point | host | highest that meets the SLO | lowest above it that does not | good tok/s there | levels (SLO attainment) | search |']
-    lines.append('| --- | --- | ---: | ---: | ---: | --- | --- |')
+    columns = [('point', 'l'), ('host', 'l'), ('highest that meets the SLO', 'r'), ('lowest above it that does not', 'r')]
+    columns += [('good tok/s there', 'r'), ('levels (SLO attainment)', 'l'), ('search', 'l')]
+    cells = []
     for state in loads:
         known = ', '.join('%d: %s%s' % (lv['concurrency'], percent(lv['attainment']), ' (sweep)' if lv['source'] == 'sweep' else '') for lv in state['levels'])
         if state.get('stopped'):
@@ -463,9 +484,8 @@ def load_section(plan: dict, loads: list[dict]) -> list[str]:
             how = 'done, %d level%s' % (state['steps'], '' if state['steps'] == 1 else 's')
         else:
             how = 'not finished (%d level%s run; next would be %s)' % (state['steps'], '' if state['steps'] == 1 else 's', state['next'])
-        lines.append(
-            '| %s | %s | %s | %s | %s | %s | %s |'
-            % (
+        cells.append(
+            [
                 state['label'],
                 state['host'],
                 '-' if state['highest'] is None else state['highest'],
@@ -473,8 +493,9 @@ def load_section(plan: dict, loads: list[dict]) -> list[str]:
                 fmt((state.get('at') or {}).get('good_tok_s')),
                 known or '-',
                 how,
-            )
+            ]
         )
+    lines += [''] + table(columns, cells)
     lines.append('')
     return lines
 
@@ -597,13 +618,11 @@ def _why(fams: dict, concurrency: int) -> list[str]:
         if topk != 1:
             out.append('(topk %s drafts a tree; p is the acceptance of an equivalent chain.)' % topk)
             out.append('')
-        out.append('| steps | tok/s | accept length | p | cycle cost T | step cost c | next step adds (tok/cycle) | gain/A | c/T | pays |')
-        out.append('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |')
+        cells = []
         for row in fam['arithmetic']:
             ratio = row['gain_next'] / row['accept_length'] if row.get('gain_next') is not None and row.get('accept_length') else None
-            out.append(
-                '| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |'
-                % (
+            cells.append(
+                [
                     row['steps'],
                     fmt(row.get('tok_s')),
                     fmt(row.get('accept_length'), 2),
@@ -614,8 +633,9 @@ def _why(fams: dict, concurrency: int) -> list[str]:
                     fmt(ratio, 3),
                     fmt(row.get('cost_next'), 3),
                     '-' if row.get('pays_next') is None else ('yes' if row['pays_next'] else 'no'),
-                )
+                ]
             )
+        out += table(ARITHMETIC_COLUMNS, cells)
         out.append('')
         if fam['turn'] is not None:
             out.append(Verdict('The curve turns at %s: beyond it a step costs more of the cycle than the tokens it adds.' % plural(fam['turn'], 'step')))
