@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -118,6 +119,61 @@ def test_wrong_key_fails_the_warmup_like_the_real_client(tmp_path, host_dir, ser
     done = bench(random_args(server.port, out, "--model", MODEL, "--ready-check-timeout-sec", "0", "--warmup-requests", "0"), env={"OPENAI_API_KEY": "wrong"})
     assert done.returncode == 1 and "All requests failed" in done.stderr and "IndexError" in done.stderr
     assert not out.exists()
+
+
+def test_the_figures_are_the_models_when_the_server_is_paused_mid_run(tmp_path, host_dir, servers):
+    """The simulated GPU's clock (sglang/simulator/api.py): a server that cannot run for half a second in the middle of
+    a benchmark (its whole process group stopped, as a busy machine can starve it) gives the same figures as one that
+    ran freely, where the wall clock would have lost half a second of a two-second run."""
+    config = {"base_tok_s": 100.0, "noise": 0.0, "host_factor": 1.0, "warmup_seconds": 0.0}
+    server = launch(servers, tmp_path, host_dir, ["--model-path", MODEL], config=config)
+    server.wait_ready()
+    argv = ["--warmup-requests", "0", "--max-concurrency", "1", "--random-range-ratio", "1.0", "--num-prompts", "4"]
+    free = tmp_path / "free.jsonl"
+    assert bench(random_args(server.port, free, *argv)).returncode == 0
+    paused = {"while_running": False}
+
+    def pause():  # once a request of the main run decodes: stop the server for 0.5 s
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not paused["while_running"]:
+            if get_json(server.port, "/v1/loads")["loads"][0]["num_running_reqs"] > 0:
+                os.killpg(server.pgid, signal.SIGSTOP)
+                paused["while_running"] = True
+                time.sleep(0.5)
+                os.killpg(server.pgid, signal.SIGCONT)
+            time.sleep(0.005)
+
+    pauser = threading.Thread(target=pause)
+    pauser.start()
+    try:
+        done = bench(random_args(server.port, tmp_path / "paused.jsonl", *argv))
+    finally:
+        pauser.join(70)
+        os.killpg(server.pgid, signal.SIGCONT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert paused["while_running"]
+    (unpaused,) = [json.loads(line) for line in free.read_text().splitlines()]
+    (record,) = [json.loads(line) for line in (tmp_path / "paused.jsonl").read_text().splitlines()]
+    assert record["completed"] == unpaused["completed"] == 4
+    # 4 requests of 24 tokens at 100 tok/s, one at a time: 0.96 s of decoding plus four prefills
+    assert record["duration"] == pytest.approx(unpaused["duration"], rel=0.02) and unpaused["duration"] < 1.2
+    for key in ("output_throughput", "mean_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms"):
+        assert record[key] == pytest.approx(unpaused[key], rel=0.02), key
+    assert record["output_throughput"] == pytest.approx(100.0, rel=0.1)
+
+
+def test_a_server_that_stamps_nothing_is_timed_by_the_wall_clock():
+    stamped, plain = serving.RequestOutput(success=True, latency=1.0, start_time=0.0), serving.RequestOutput(success=True, latency=1.0)
+    stamped.modelled = True
+    later = serving.RequestOutput(success=True, latency=0.5, start_time=2.0, modelled=True)
+    # in flight over [0, 1] and [2, 2.5]: 1.5 s, the gap between them (a late client) not counted
+    assert serving.busy_seconds([stamped, later]) == pytest.approx(1.5)
+    assert serving.busy_seconds([stamped, plain]) is None
+    assert serving.busy_seconds([stamped, serving.RequestOutput(success=False, modelled=True)]) is None
+    clock = serving.Clock()
+    assert clock.moment(clock.sent + 0.25) == pytest.approx(clock.start + 0.25) and clock.stamped
+    clock.moment(None)
+    assert clock.stamped is False
 
 
 class Flaky(BaseHTTPRequestHandler):

@@ -22,7 +22,15 @@ that has none of them:
 - --goodput ttft:MS tpot:MS e2el:MS adds the real client's goodput keys (sglang/benchmark/goodput.py:
   a request is good when it succeeded and met every limit);
 - no progress bar (--disable-tqdm is accepted); each request gives up after SIMSGLANG_BENCH_TIMEOUT
-  seconds (default 6 hours, the real client's aiohttp total timeout).
+  seconds (default 6 hours, the real client's aiohttp total timeout);
+- the simulated GPU's clock: each request carries its send time (header X-Simsglang-Sent, CLOCK_MONOTONIC), the
+  simulated server stamps every chunk with the moment its modelled GPU produced it (``sim_time``), and a request
+  whose chunks all carry one is timed by them (TTFT, ITL, latency) rather than by when this process read them; a
+  closed-loop run (no --request-rate) whose every successful request was so timed lasts the time some request was
+  in flight, so that neither the server's nor this client's late wake-ups on a busy machine (the /server_info read
+  for the accept length among them) count. On a real GPU host both are microseconds; here, beside a fleet of
+  simulated hosts and ansible-playbook on two cores, they reached half a second. Against a server that stamps
+  nothing (the real one) every figure is the wall clock's, as the real client's.
 """
 
 from __future__ import annotations
@@ -195,6 +203,7 @@ class RequestOutput:
     output_len: int = 0
     start_time: float = 0.0
     spec_accept_length: float = 0.0
+    modelled: bool = False  # timed by the simulated server's stamps (module docstring)
 
 
 def count_tokens(text):
@@ -367,6 +376,46 @@ def get_request_headers(args):
         if key and value:
             headers[key] = value
     return headers
+
+
+SENT_HEADER = "X-Simsglang-Sent"
+
+
+class Clock:
+    """One request's moments: the wall clock's (perf_counter), or the simulated server's stamps where its chunks carry
+    them (``sim_time``, CLOCK_MONOTONIC, moved onto perf_counter's scale)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.sent = time.monotonic()
+        self.stamped = None  # True while every chunk so far had a stamp
+
+    def headers(self, headers):
+        return dict(headers, **{SENT_HEADER: "%.6f" % self.sent})
+
+    def moment(self, stamp):
+        """When a chunk was produced: its stamp, else now."""
+        if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
+            self.stamped = self.stamped is not False
+            return stamp - self.sent + self.start
+        self.stamped = False
+        return time.perf_counter()
+
+
+def busy_seconds(outputs):
+    """How long some request was in flight (the union of [start, start + latency]); None unless every request
+    succeeded and was timed by the simulated server's stamps."""
+    if not outputs or not all(output.success and output.modelled for output in outputs):
+        return None
+    total, end = 0.0, None
+    for begin, finish in sorted((output.start_time, output.start_time + output.latency) for output in outputs):
+        if end is None or begin > end:
+            total += finish - begin
+            end = finish
+        elif finish > end:
+            total += finish - end
+            end = finish
+    return total if total > 0 else None
 
 
 def request_timeout():
@@ -555,9 +604,10 @@ async def request_sglang_generate(args, row, api_url, extra_body, output):
     }
     payload.update(extra_body)
     generated_text, output_len, ttft, last_output_len = "", row.output_len, 0.0, 0
-    st = time.perf_counter()
+    clock = Clock()
+    st = clock.start
     output.start_time = most_recent = st
-    connection, response = await open_stream("POST", api_url, payload, get_request_headers(args))
+    connection, response = await open_stream("POST", api_url, payload, clock.headers(get_request_headers(args)))
     try:
         if response.status != 200:
             await _failure(output, response)
@@ -571,20 +621,22 @@ async def request_sglang_generate(args, row, api_url, extra_body, output):
             if not chunk:
                 continue
             data_bytes = chunk[6:] if chunk.startswith(b"data: ") else chunk
-            latency = time.perf_counter() - st
             if data_bytes == b"[DONE]":
+                if not clock.stamped:
+                    latency = time.perf_counter() - st
                 continue
             data = json.loads(data_bytes)
             meta = data.get("meta_info") or {}
+            timestamp = clock.moment(meta.get("sim_time"))
+            latency = timestamp - st
             if meta.get("spec_accept_length") is not None:
                 output.spec_accept_length = meta["spec_accept_length"]
             _record_server_prompt_len(data, output)
             if data.get("text"):
-                timestamp = time.perf_counter()
                 generated_text = data["text"]
                 output_len = data["meta_info"]["completion_tokens"]
                 if ttft == 0.0:
-                    ttft = time.perf_counter() - st
+                    ttft = timestamp - st
                     output.ttft = ttft
                 else:
                     new_tokens = output_len - last_output_len
@@ -597,6 +649,7 @@ async def request_sglang_generate(args, row, api_url, extra_body, output):
         output.success = True
         output.latency = latency
         output.output_len = output_len
+        output.modelled = bool(clock.stamped)
     finally:
         connection.close()
 
@@ -623,9 +676,10 @@ async def request_openai(args, row, api_url, extra_body, output, model, chat):
         payload["ignore_eos"] = not args.disable_ignore_eos
     payload.update(extra_body)
     generated_text, output_len, ttft = "", row.output_len, 0.0
-    st = time.perf_counter()
+    clock = Clock()
+    st = clock.start
     output.start_time = most_recent = st
-    connection, response = await open_stream("POST", api_url, payload, get_request_headers(args))
+    connection, response = await open_stream("POST", api_url, payload, clock.headers(get_request_headers(args)))
     try:
         if response.status != 200:
             await _failure(output, response)
@@ -650,10 +704,13 @@ async def request_openai(args, row, api_url, extra_body, output, model, chat):
                 continue
             text = chunk.decode("utf-8")
             text = text[len("data: ") :] if text.startswith("data: ") else text
-            latency = time.perf_counter() - st
             if text == "[DONE]":
+                if not clock.stamped:
+                    latency = time.perf_counter() - st
                 continue
             data = json.loads(text)
+            timestamp = clock.moment(data.get("sim_time"))
+            latency = timestamp - st
             if chat:
                 output_len = (data.get("usage") or {}).get("completion_tokens", output_len)
                 _record_server_prompt_len(data, output)
@@ -665,7 +722,6 @@ async def request_openai(args, row, api_url, extra_body, output, model, chat):
                 _record_server_prompt_len(data, output)
                 content = data["choices"][0]["text"]
             if content:
-                timestamp = time.perf_counter()
                 if ttft == 0.0:
                     ttft = timestamp - st
                     output.ttft = ttft
@@ -680,6 +736,7 @@ async def request_openai(args, row, api_url, extra_body, output, model, chat):
         output.success = True
         output.latency = latency
         output.output_len = output_len
+        output.modelled = bool(clock.stamped)
     finally:
         connection.close()
 
@@ -897,6 +954,8 @@ def benchmark(args, backend, api_url, base_url, model_id, rows, rng, extra_body)
     outputs = run_all(args, backend, rows, api_url, extra_body, model_id, max_concurrency, args.request_rate, rng)
     accept_length = fetch_accept_length(base_url, backend)
     duration = time.perf_counter() - start
+    if args.request_rate == float("inf"):
+        duration = busy_seconds(outputs) or duration
     metrics, output_lens = calculate_metrics(rows, outputs, duration, backend, accept_length)
     goodput = calculate_goodput(outputs, dict(args.goodput), duration) if args.goodput else None
     print_summary(backend, args.request_rate, max_concurrency, metrics, duration, accept_length)

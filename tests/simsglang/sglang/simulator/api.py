@@ -7,6 +7,7 @@ report.
 
 from __future__ import annotations
 
+import heapq
 import hmac
 import json
 import logging
@@ -25,6 +26,10 @@ logger = logging.getLogger("sglang.simulator.api")
 
 STARTING, UP, DRAINING = "starting", "up", "draining"
 GEN_THROUGHPUT_STALENESS_SECONDS = 30.0
+# The request header with the client's CLOCK_MONOTONIC send time, and how far back one is believed (a stamp from
+# another clock, or a request held up longer than this, starts at its arrival instead).
+SENT_HEADER = "X-Simsglang-Sent"
+SENT_BELIEVED_SECONDS = 30.0
 FILLER = (
     "the",
     "quick",
@@ -163,6 +168,9 @@ class ServerState(object):
         limit = server_args.get("max_running_requests") or settings["max_running_requests"]
         self.max_running = int(limit)
         self.slots = threading.BoundedSemaphore(self.max_running)
+        # The modelled moment each slot is next free (a heap): a request that finds every slot taken starts, on the
+        # modelled clock, when the request that frees its slot ended there, not when that thread got round to it.
+        self.slot_free_at = [0.0] * self.max_running
         # speculative totals since start (avg_spec_accept_length) and the current logging window
         self.spec_forward_ct = 0
         self.spec_accept_tokens = 0
@@ -279,14 +287,18 @@ class ServerState(object):
         return line
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, prompt_tokens, max_new_tokens, emit=None, rid=None, prompt_text=None):
-        """Decode max_new_tokens filler tokens at the modelled pace; emit(text_delta, ids_delta) per cycle.
+    def generate(self, prompt_tokens, max_new_tokens, emit=None, rid=None, prompt_text=None, sent_at=None):
+        """Decode max_new_tokens filler tokens at the modelled pace; emit(text_delta, ids_delta, last, at) per cycle,
+        ``at`` the cycle's moment on the modelled clock (module docstring).
 
-        prompt_text, when the request carries text: its repetitiveness sets the acceptance (speed.py).
+        prompt_text, when the request carries text: its repetitiveness sets the acceptance (speed.py). sent_at: the
+        client's CLOCK_MONOTONIC send time (None: now).
 
         Returns (text, output_ids, meta) where meta has completion_tokens, spec_verify_ct and the rest.
         """
-        began = time.time()
+        arrival = time.monotonic()
+        if sent_at is not None and arrival - SENT_BELIEVED_SECONDS <= sent_at <= arrival:
+            arrival = sent_at
         rid = rid or uuid.uuid4().hex
         entry = [prompt_tokens, 0, False]
         with self.lock:
@@ -303,25 +315,28 @@ class ServerState(object):
             self.queued -= 1
             entry[2] = True
             self.running += 1
+            begins = max(arrival, heapq.heappop(self.slot_free_at))
             if self.running == 1:
                 if self.noise is not None:
                     self.run_factor = self.noise.next_factor()  # a new run: run-to-run variation
                 if self.window_cycles == 0:
                     self.window_start = time.monotonic()  # idle time is not decode time
         text, ids, cycles = [], [], 0
+        deadline = begins
         try:
             prefill_s = prompt_tokens / float(self.settings["prefill_tok_s"]) * self.speed.prefill_factor()
-            # The decode's deadlines count from the modelled end of the prefill, not from when this thread woke after
-            # it: a late wake-up on a busy machine delays the first token, and the decode catches up.
-            deadline = time.monotonic() + prefill_s
-            time.sleep(prefill_s)
+            # Every deadline counts on the modelled clock from the request's start: a late wake-up on a busy machine
+            # delays when a chunk is written, never when the modelled GPU produced it, and the decode catches up.
+            deadline = begins + prefill_s
+            pause = deadline - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
             with self.lock:
                 self.prefill_tokens_total += prompt_tokens
                 self.prefill_busy_us += int(prefill_s * 1e6)
             repetition = repetitiveness(prompt_text)
             pacers = {}  # one per chain length: adaptive speculation changes it from cycle to cycle
             proposed = 0
-            pending_text, pending_ids = [], []  # cycles decoded but not yet streamed
             while len(ids) < max_new_tokens:
                 # each cycle at the pace of the batch decoding now (every running request is in it)
                 batch = max(self.running, 1)
@@ -340,24 +355,20 @@ class ServerState(object):
                 new_text = "".join(" " + FILLER[(len(ids) + i) % len(FILLER)] for i in range(produced))
                 ids.extend(new_ids)
                 text.append(new_text)
-                pending_ids.extend(new_ids)
-                pending_text.append(new_text)
                 cycles += 1
                 entry[1] = len(ids)
                 self.record_cycle(produced, cycle_s, batch, model)
                 self.adapt(produced, model, batch)
-                finished = len(ids) >= max_new_tokens
-                # A thread that woke late (a busy machine) has the next cycle due already: it decodes that one before
-                # streaming, so one late wake-up costs one chunk of several cycles' tokens rather than a chunk per
-                # cycle, and the modelled pace holds however loaded the machine is (SGLang too streams a chunk per
-                # stream_interval, not per token).
-                if emit is not None and (finished or deadline + cycle_s > time.monotonic()):
-                    emit("".join(pending_text), pending_ids, finished)
-                    pending_text, pending_ids = [], []
+                if emit is not None:
+                    # A thread that woke late writes the cycles that are due one after the other, each with its
+                    # own moment: the client's figures stay the model's (SGLang streams one chunk per cycle at
+                    # the default --stream-interval 1).
+                    emit(new_text, new_ids, len(ids) >= max_new_tokens, deadline)
         finally:
             with self.lock:
                 self.running -= 1
                 self.reqs.pop(rid, None)
+                heapq.heappush(self.slot_free_at, deadline)
             self.slots.release()
         meta = {
             "id": rid,
@@ -368,7 +379,8 @@ class ServerState(object):
             "reasoning_tokens": 0,
             "completion_tokens": len(ids),
             "cached_tokens": 0,
-            "e2e_latency": time.time() - began,
+            "e2e_latency": deadline - arrival,
+            "sim_time": deadline,
         }
         if self.speed.enabled and cycles:
             correct = len(ids) - cycles
@@ -842,6 +854,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
+    def _sent_at(self):
+        """The client's send time on the modelled clock (SENT_HEADER), None when it gave none."""
+        try:
+            return float(self.headers.get(SENT_HEADER, ""))
+        except ValueError:
+            return None
+
     def _event(self, payload):
         data = payload if isinstance(payload, str) else json.dumps(payload)
         self.wfile.write(("data: %s\n\n" % data).encode("utf-8"))
@@ -858,25 +877,25 @@ class Handler(BaseHTTPRequestHandler):
         stream = bool(body.get("stream"))
         with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text, sent_at=self._sent_at())
                 self._account(prompt, len(ids), False, meta)
                 self._send(200, {"text": text, "output_ids": ids, "meta_info": meta})
                 return
             self._start_stream()
             so_far = {"text": "", "ids": []}
 
-            def emit(delta, new_ids, _last):
+            def emit(delta, new_ids, _last, at):
                 so_far["text"] += delta
                 so_far["ids"] += new_ids
                 self._event(
                     {
                         "text": so_far["text"],
                         "output_ids": list(so_far["ids"]),
-                        "meta_info": {"completion_tokens": len(so_far["ids"]), "prompt_tokens": prompt, "finish_reason": None},
+                        "meta_info": {"completion_tokens": len(so_far["ids"]), "prompt_tokens": prompt, "finish_reason": None, "sim_time": at},
                     }
                 )
 
-            text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
+            text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text, sent_at=self._sent_at())
             self._account(prompt, len(ids), True, meta)
             self._event({"text": text, "output_ids": ids, "meta_info": meta})
             self._event("[DONE]")
@@ -910,7 +929,7 @@ class Handler(BaseHTTPRequestHandler):
         kind = "chat.completion" if chat else "text_completion"
         with self.state.request() as rid:
             if not stream:
-                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text)
+                text, ids, meta = self.state.generate(prompt, max_new, rid=rid, prompt_text=prompt_text, sent_at=self._sent_at())
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length", "matched_stop": None}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
@@ -947,18 +966,19 @@ class Handler(BaseHTTPRequestHandler):
                         "created": created,
                         "model": model,
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                        "sim_time": time.monotonic(),
                     }
                 )
 
-            def emit(delta, _ids, last):
+            def emit(delta, _ids, last, at):
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length" if last else None}
                 if chat:
                     choice["delta"] = {"content": delta}
                 else:
                     choice["text"] = delta
-                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice]})
+                self._event({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [choice], "sim_time": at})
 
-            _text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text)
+            _text, ids, meta = self.state.generate(prompt, max_new, emit, rid=rid, prompt_text=prompt_text, sent_at=self._sent_at())
             self._account(prompt, len(ids), True, meta)
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event(
@@ -969,6 +989,7 @@ class Handler(BaseHTTPRequestHandler):
                         "model": model,
                         "choices": [],
                         "usage": {"prompt_tokens": prompt, "total_tokens": prompt + len(ids), "completion_tokens": len(ids)},
+                        "sim_time": meta["sim_time"],
                     }
                 )
             self._event("[DONE]")
