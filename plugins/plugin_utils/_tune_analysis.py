@@ -67,9 +67,12 @@ def host_values(trials: list[dict], point: str, concurrency: int, figure: str) -
     return out
 
 
-def paired_with_reference(trials: list[dict], point: str, reference: str | None, concurrency: int, figure: str, seed: int) -> tuple[dict, dict]:
+def paired_with_reference(
+    trials: list[dict], point: str, reference: str | None, concurrency: int, figure: str, seed: int, interval: bool = True
+) -> tuple[dict, dict]:
     """The point's ratio to its reference host by host (stats.paired_ratio), and the same in the figure's unit (times
-    the median over the hosts of the reference's per-host medians); two empty dicts without a reference."""
+    the median over the hosts of the reference's per-host medians); two empty dicts without a reference. Without
+    ``interval``, the medians alone (no bootstrap)."""
     if reference is None:
         return {}, {}
     by_host: dict[str, list[float]] = {}
@@ -77,7 +80,8 @@ def paired_with_reference(trials: list[dict], point: str, reference: str | None,
         by_host.setdefault(host, []).append(value)
     if not by_host:
         return {}, {}
-    ratio = stats.paired_ratio(host_values(trials, point, concurrency, figure), by_host, seed)
+    resamples = stats.BOOTSTRAP_RESAMPLES if interval else 0
+    ratio = stats.paired_ratio(host_values(trials, point, concurrency, figure), by_host, seed, resamples=resamples)
     return ratio, stats.scaled(ratio, statistics.median(statistics.median(v) for v in by_host.values()))
 
 
@@ -107,9 +111,14 @@ def _mean(values: list) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
+def aggregate(plan: dict, trials: list[dict], levels: tuple | list | None = None, intervals: bool = True) -> list[dict]:
     """One row per point and concurrency level, with its statistics (empty when nothing measured); the load search's
-    single runs are not the sweep's and stay out."""
+    single runs are not the sweep's and stay out.
+
+    ``levels``: only these concurrency levels (each row the same as in the whole table). Without ``intervals``, no
+    bootstrap: medians, quartiles and paired medians only, for the gates a trial passes before it runs (the adaptive
+    gate reads medians; a bootstrap per level and point before every trial cost the controller about 0.08 s of CPU
+    each on a 6-point sweep, all for intervals it never read)."""
     trials = load_search.sweep_trials(trials)
     rows = []
     skipped = dict((t['point'], t.get('reason')) for t in trials if t.get('status') == 'skipped')
@@ -119,8 +128,10 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
         mine = [t for t in trials if t.get('point') == point['id']]
         failures = [t for t in mine if t.get('status') == 'failed']
         for index, concurrency in enumerate(plan['benchmark']['concurrency']):
-            levels = level_values(trials, point['id'], concurrency)
-            tok_s = [lv['output_throughput'] for lv in levels]
+            if levels is not None and concurrency not in levels:
+                continue
+            measured = level_values(trials, point['id'], concurrency)
+            tok_s = [lv['output_throughput'] for lv in measured]
             row = dict(
                 point=point,
                 id=point['id'],
@@ -130,20 +141,20 @@ def aggregate(plan: dict, trials: list[dict]) -> list[dict]:
                 steps=point.get('num_steps') or 0,
                 values=tok_s,
                 hosts=sorted(set(t['host'] for t in mine if t.get('status') in ('ok', 'failed'))),
-                stats=stats.summarize(tok_s, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id']))),
+                stats=stats.summarize(tok_s, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])), interval=intervals),
                 failed=len(failures),
                 failures=[dict(host=t.get('host'), trial=t.get('trial'), reason=t.get('reason')) for t in failures],
                 skipped=skipped.get(point['id']),
             )
             for figure in LEVEL_FIGURES[1:]:
-                row[figure] = _mean([lv.get(figure) for lv in levels])
-            good = [lv['good_output_throughput'] for lv in levels if isinstance(lv.get('good_output_throughput'), (int, float))]
+                row[figure] = _mean([lv.get(figure) for lv in measured])
+            good = [lv['good_output_throughput'] for lv in measured if isinstance(lv.get('good_output_throughput'), (int, float))]
             row['good_values'] = good
-            row['good_stats'] = stats.summarize(good, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 1)
+            row['good_stats'] = stats.summarize(good, seed=(plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 1, interval=intervals)
             seed = (plan['seed'] or 0) * 1000003 + index * 7919 + sum(map(ord, point['id'])) + 2
             reference = references.get(point['environment'])
-            row['paired'], row['paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'output_throughput', seed)
-            good_pair = paired_with_reference(trials, point['id'], reference, concurrency, 'good_output_throughput', seed + 1)
+            row['paired'], row['paired_stats'] = paired_with_reference(trials, point['id'], reference, concurrency, 'output_throughput', seed, intervals)
+            good_pair = paired_with_reference(trials, point['id'], reference, concurrency, 'good_output_throughput', seed + 1, intervals)
             row['good_paired'], row['good_paired_stats'] = good_pair
             row['attainment'] = attainment_of(trials, point['id'], concurrency)
             row['meets_slo'] = meets_slo(row, plan.get('slo'))
@@ -189,7 +200,7 @@ def adaptive_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     if not point.get('algorithm') or point.get('adaptive'):
         return None  # an adaptive point's steps are only its start: the chain model says nothing of it
     concurrency = plan['apply_concurrency']
-    rows = aggregate(plan, trials)
+    rows = aggregate(plan, trials, levels=[concurrency], intervals=False)
     group = families(rows, concurrency).get((point['algorithm'], point['eagle_topk'], point['environment']))
     if not group or group['baseline'] is None:
         return None
@@ -325,7 +336,7 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
         return None
     concurrency = plan['apply_concurrency']
     slo = plan.get('slo')
-    rows = [r for r in aggregate(plan, trials) if r['concurrency'] == concurrency]
+    rows = aggregate(plan, trials, levels=[concurrency])
     mine = next((r for r in rows if r['id'] == point['id']), None)
     if slo and mine is not None and mine.get('meets_slo') is False and mine['stats'].get('n', 0) >= RACING_MIN_RUNS:
         return 'eliminated by the race: its %d runs violate the SLO (%s of its requests met it)' % (mine['stats']['n'], percent(mine.get('attainment')))

@@ -64,14 +64,14 @@ def bootstrap_interval(values: Sequence[float], seed: int, resamples: int = BOOT
 MIN_FOR_INTERVAL = 3
 
 
-def summarize(values: Sequence[float], seed: int) -> dict:
+def summarize(values: Sequence[float], seed: int, interval: bool = True) -> dict:
     """median, q1, q3, iqr, ci_low, ci_high, n of ``values`` (an empty dict when there are none); ci_low and ci_high
-    are None with fewer than MIN_FOR_INTERVAL values."""
+    are None with fewer than MIN_FOR_INTERVAL values, or without ``interval`` (no bootstrap: what needs medians only)."""
     if not values:
         return {}
     low: float | None = None
     high: float | None = None
-    if len(values) >= MIN_FOR_INTERVAL:
+    if interval and len(values) >= MIN_FOR_INTERVAL:
         low, high = bootstrap_interval(list(values), seed)
     q1, q3 = quantile(values, 0.25), quantile(values, 0.75)
     return dict(n=len(values), median=statistics.median(values), q1=q1, q3=q3, iqr=q3 - q1, ci_low=low, ci_high=high)
@@ -87,14 +87,15 @@ def paired_ratio(
     positive reference is left out. Returns ``n`` (the values paired), ``median`` (of the ratios) and, from
     MIN_FOR_INTERVAL pairs on, ``ci_low`` and ``ci_high``: the seeded percentile bootstrap of the median ratio, the
     same estimator as the unpaired interval, drawing in each resample the point's pairs and every host's reference
-    values, so that the interval carries the noise of both. An empty dict when nothing pairs.
+    values, so that the interval carries the noise of both (none with ``resamples`` 0). An empty dict when nothing
+    pairs.
     """
     usable = [(h, float(v)) for h, v in pairs if reference.get(h) and statistics.median(reference[h]) > 0 and v > 0]
     if not usable:
         return {}
     divisor = dict((h, statistics.median(reference[h])) for h, _dummy in usable)
     out: dict = dict(n=len(usable), median=statistics.median(v / divisor[h] for h, v in usable), ci_low=None, ci_high=None)
-    if len(usable) < MIN_FOR_INTERVAL:
+    if len(usable) < MIN_FOR_INTERVAL or resamples <= 0:
         return out
     rng = random.Random(seed)
     medians = []
