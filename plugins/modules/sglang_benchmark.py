@@ -127,7 +127,9 @@ options:
     description: C(--model); by default the client asks the server's C(/v1/models).
     type: str
   timeout:
-    description: Seconds one level may run before its client is stopped and the level counts as failed.
+    description:
+      - Seconds one level may run before its client is stopped and the level counts as failed.
+      - From 1 to 10000000.
     type: float
     default: 3600
 requirements:
@@ -304,9 +306,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._benchmark_spec import BOUNDS, MIN_FILE_OUTPUT_LEN, OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._http import http_request
 from ansible_collections.gpufleet.sglang.plugins.module_utils._prometheus import counter_sums
-from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import DEFAULT_PYTHON, SERVER_PATH, installed_sglang, python_binary
+from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SERVER_PATH, installed_sglang, python_binary
 
 CLIENT = 'sglang.benchmark.serving'
 FIGURES = ('output_throughput', 'mean_ttft_ms', 'p99_ttft_ms', 'mean_itl_ms', 'p99_itl_ms', 'accept_length', 'duration', 'request_throughput', 'p99_tpot_ms')
@@ -346,20 +349,14 @@ class Benchmark:
 
     def validate(self) -> None:
         p = self.params
-        if not 1 <= p['port'] <= 65535:
-            self.module.fail_json(msg='port: %s is out of range (1 to 65535)' % p['port'])
+        # One table of bounds (the sweep's grid checks its benchmark settings by it too); every problem at once.
+        found = [BOUNDS[f].problem(f, p[f]) for f in ('port', 'input_len', 'output_len', 'num_prompts', 'warmup_requests', 'range_ratio', 'timeout')]
+        found += [BOUNDS['concurrency'].problem('concurrency', level) for level in p['concurrency']]
+        problems = [problem for problem in found if problem]
         if not p['concurrency']:
-            self.module.fail_json(msg='concurrency: give at least one --max-concurrency level')
-        for level in p['concurrency']:
-            if level < 1:
-                self.module.fail_json(msg='concurrency: %s is out of range; a level is at least 1 request' % level)
-        for field, minimum in (('input_len', 1), ('output_len', 1), ('num_prompts', 1), ('warmup_requests', 0)):
-            if p[field] < minimum:
-                self.module.fail_json(msg='%s: %s is out of range; it must be at least %d' % (field, p[field], minimum))
-        if not 0.0 <= p['range_ratio'] <= 1.0 or not math.isfinite(p['range_ratio']):
-            self.module.fail_json(msg='range_ratio: %s is out of range (0 to 1)' % p['range_ratio'])
-        if not math.isfinite(p['timeout']) or p['timeout'] <= 0:
-            self.module.fail_json(msg='timeout: %s is out of range; it must be a finite number of seconds above 0' % p['timeout'])
+            problems.append('concurrency: give at least one --max-concurrency level')
+        if problems:
+            self.module.fail_json(msg='; '.join(problems))
         for name in p['environment']:
             if name.upper() in KEY_VARIABLES:
                 self.module.fail_json(msg='environment: %s carries the API key; give it as api_key, which is kept secret' % name)
@@ -374,8 +371,9 @@ class Benchmark:
         if p['slo'] is not None and not slo:
             self.module.fail_json(msg='slo: give at least one limit (%s)' % ', '.join(SLO_METRICS))
         for key, value in slo.items():
-            if not math.isfinite(value) or value <= 0:
-                self.module.fail_json(msg='slo.%s: %s is out of range; a limit is a number of milliseconds above 0' % (key, value))
+            problem = BOUNDS[key].problem('slo.%s' % key, value)
+            if problem:
+                self.module.fail_json(msg=problem)
         if p['dataset_name'] not in FILE_DATASETS:
             if p['dataset_path']:
                 self.module.fail_json(msg='dataset_path: %s is read with dataset_name sharegpt or custom, not %s' % (p['dataset_path'], p['dataset_name']))
@@ -383,8 +381,10 @@ class Benchmark:
         path = p['dataset_path']
         if not path:
             self.module.fail_json(msg='dataset_path: dataset_name %s reads a file of prompts on the host: give its path' % p['dataset_name'])
-        if p['output_len'] < 4:
-            self.module.fail_json(msg="output_len: %s is out of range with a file of prompts; SGLang's client needs at least 4" % p['output_len'])
+        if p['output_len'] < MIN_FILE_OUTPUT_LEN:
+            self.module.fail_json(
+                msg="output_len: %s is out of range with a file of prompts; SGLang's client needs at least %d" % (p['output_len'], MIN_FILE_OUTPUT_LEN)
+            )
         if not os.path.isfile(path):
             self.module.fail_json(msg='dataset_path: %s is not a file on the host' % path)
         if p['dataset_sha256']:
@@ -620,30 +620,7 @@ def as_float(value) -> float | None:
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type='str', default=DEFAULT_PYTHON),
-            host=dict(type='str', default='127.0.0.1'),
-            port=dict(type='int', required=True),
-            api_key=dict(type='str', no_log=True),
-            environment=dict(type='dict', default={}),
-            concurrency=dict(type='list', elements='int', required=True),
-            dataset_name=dict(type='str', default='random', choices=['random', 'random-ids', 'sharegpt', 'custom']),
-            dataset_path=dict(type='path'),
-            dataset_sha256=dict(type='str'),
-            slo=dict(type='dict', options=dict(ttft_ms=dict(type='float'), tpot_ms=dict(type='float'), e2e_ms=dict(type='float'))),
-            input_len=dict(type='int', default=1024),
-            output_len=dict(type='int', default=1024),
-            range_ratio=dict(type='float', default=0.0),
-            num_prompts=dict(type='int', default=200),
-            warmup_requests=dict(type='int', default=1),
-            seed=dict(type='int', default=1),
-            tokenizer=dict(type='str', no_log=False),
-            model=dict(type='str'),
-            timeout=dict(type='float', default=3600),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=OPTIONS, supports_check_mode=True)
     result = Benchmark(module).run()
     if result.get('failed'):
         module.fail_json(**result)

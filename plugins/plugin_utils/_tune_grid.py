@@ -28,6 +28,7 @@ import math
 import random
 import re
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _benchmark_spec as benchmark_spec
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import (
     ADAPTIVE_DEFAULT_CANDIDATES,
@@ -87,10 +88,27 @@ DATASET_NAMES = ('random', 'random-ids') + _tune_dataset.FORMATS
 SLO_LIMITS = dict(ttft_ms='ttft', tpot_ms='tpot', e2e_ms='e2el')
 SLO_KEYS = tuple(SLO_LIMITS) + ('attainment',)
 DEFAULT_ATTAINMENT = 0.99
-# A limit above this (about 2.8 hours) is no latency objective but a typo.
-MAX_SLO_MS = 1e7
+# The module's defaults; one level of one request where the module requires the levels.
 BENCHMARK_DEFAULTS = dict(
-    input_len=1024, output_len=1024, num_prompts=200, concurrency=[1], warmup_requests=1, range_ratio=0.0, timeout=3600.0, dataset_name='random'
+    dict((k, benchmark_spec.OPTIONS[k]['default']) for k in BENCHMARK_KEYS if 'default' in benchmark_spec.OPTIONS.get(k, {})), concurrency=[1]
+)
+# Every number of the grid, with the values it may take: the grid's own, and the benchmark's and SLO limits' from
+# sglang_benchmark's table (the module takes exactly what the grid passes on).
+Bound = benchmark_spec.Bound
+BOUNDS: dict[str, Bound] = dict(
+    [
+        ('repeats', Bound(1)),
+        ('seed', Bound(0)),
+        ('max_trials', Bound(1)),
+        ('apply_concurrency', Bound(1)),
+        ('slo.attainment', Bound(0, 1, above=True, meaning='the share of requests that must meet the limits')),
+        ('load_search.min', Bound(1, MAX_LOAD)),
+        ('load_search.max', Bound(1, MAX_LOAD)),
+        ('load_search.max_levels', Bound(1, 20)),
+        ('load_search.finalists', Bound(1, 10)),
+    ]
+    + [('benchmark.%s' % k, benchmark_spec.BOUNDS[k]) for k in BENCHMARK_KEYS if k in benchmark_spec.BOUNDS]
+    + [('slo.%s' % k, benchmark_spec.BOUNDS[k]) for k in SLO_LIMITS]
 )
 POINT_KEYS = ('algorithm', 'steps', 'topk', 'draft_tokens', 'environment', 'runtime_adaptive')
 # Keys that look like grid keys but belong elsewhere, and where they go.
@@ -162,8 +180,9 @@ def _as_list(value) -> list:
     return [value]
 
 
-def _whole(field: str, value, minimum: int, problems: list[str]) -> int | None:
-    """An integer from an int or a string of digits (``-e steps=3`` arrives as text), else a problem."""
+def _whole(field: str, value, problems: list[str]) -> int | None:
+    """An integer from an int or a string of digits (``-e steps=3`` arrives as text) within ``BOUNDS[field]``, else a
+    problem."""
     if isinstance(value, bool):
         problems.append('%s: %r is not a whole number' % (field, value))
         return None
@@ -174,8 +193,9 @@ def _whole(field: str, value, minimum: int, problems: list[str]) -> int | None:
     if not isinstance(value, int):
         problems.append('%s: %r is not a whole number' % (field, value))
         return None
-    if value < minimum:
-        problems.append('%s: %d is out of range; it must be at least %d' % (field, value, minimum))
+    problem = BOUNDS[field].problem(field, value)
+    if problem:
+        problems.append(problem)
         return None
     return value
 
@@ -225,6 +245,9 @@ def environments(value, problems: list[str]) -> dict[str, dict[str, str]]:
 
 
 def benchmark_settings(value, problems: list[str]) -> dict:
+    """The benchmark's settings: each key but ``dataset`` (a file on the controller) is an option of sglang_benchmark,
+    converted and bounded as the module does (_benchmark_spec: ansible-core's ArgumentSpecValidator under the module's
+    spec, one table of bounds), every problem listed."""
     settings: dict = dict(BENCHMARK_DEFAULTS)
     if value in (None, ''):
         value = {}
@@ -234,26 +257,20 @@ def benchmark_settings(value, problems: list[str]) -> dict:
     for key in sorted(str(k) for k in value if k not in BENCHMARK_KEYS):
         problems.append(unknown_key('benchmark.', key, BENCHMARK_KEYS))
     settings.update((k, v) for k, v in value.items() if k in BENCHMARK_KEYS and v is not None)
-    for key, minimum in (('input_len', 1), ('output_len', 1), ('num_prompts', 1), ('warmup_requests', 0)):
-        settings[key] = _whole('benchmark.%s' % key, settings[key], minimum, problems)
+    for key in BENCHMARK_KEYS:
+        if key == 'dataset':
+            continue
+        if key == 'dataset_name' and settings[key] not in DATASET_NAMES:
+            continue  # said below, with the names the sweep runs
+        settings[key], wrong = benchmark_spec.coerce(key, settings[key], 'benchmark.%s' % key)
+        problems.extend(wrong)
     levels = []
-    for level in _as_list(settings['concurrency']):
-        number = _whole('benchmark.concurrency', level, 1, problems)
-        if number is not None and number not in levels:
-            levels.append(number)
-    if not levels:
+    for level in settings['concurrency'] or []:
+        if level not in levels:
+            levels.append(level)
+    if not levels and settings['concurrency'] is not None:
         problems.append('benchmark.concurrency: give at least one --max-concurrency level')
     settings['concurrency'] = levels
-    bounds: tuple[tuple[str, float, float], ...] = (('range_ratio', 0.0, 1.0), ('timeout', 1.0, 1e7))
-    for key, low, high in bounds:
-        try:
-            amount = float(settings[key])
-        except (TypeError, ValueError):
-            problems.append('benchmark.%s: %r is not a number' % (key, settings[key]))
-            continue
-        if not math.isfinite(amount) or not low <= amount <= high:
-            problems.append('benchmark.%s: %s is out of range (%s to %s)' % (key, settings[key], low, high))
-        settings[key] = amount
     dataset = settings.pop('dataset', None)
     given_name = value.get('dataset_name')
     if settings['dataset_name'] not in DATASET_NAMES:
@@ -264,8 +281,11 @@ def benchmark_settings(value, problems: list[str]) -> dict:
     elif given_name not in (None, '') and given_name not in _tune_dataset.FORMATS:
         problems.append('benchmark.dataset_name: %r does not read a file; with benchmark.dataset give sharegpt or custom, or none' % (given_name,))
     else:
-        if isinstance(settings['output_len'], int) and settings['output_len'] < 4:
-            problems.append('benchmark.output_len: %d is out of range with benchmark.dataset; SGLang\'s client needs at least 4' % settings['output_len'])
+        if isinstance(settings['output_len'], int) and settings['output_len'] < benchmark_spec.MIN_FILE_OUTPUT_LEN:
+            problems.append(
+                "benchmark.output_len: %d is out of range with benchmark.dataset; SGLang's client needs at least %d"
+                % (settings['output_len'], benchmark_spec.MIN_FILE_OUTPUT_LEN)
+            )
         number = settings['num_prompts'] if isinstance(settings['num_prompts'], int) else None
         found = _tune_dataset.check(dataset, given_name or None, number, problems)
         if found:
@@ -293,19 +313,18 @@ def slo_settings(value, problems: list[str]) -> dict | None:
     for key in SLO_LIMITS:
         if value.get(key) in (None, ''):
             continue
-        amount = _amount('slo.%s' % key, value[key], problems)
-        if amount is None:
-            continue
-        if not 0 < amount <= MAX_SLO_MS:
-            problems.append('slo.%s: %s is out of range; a limit is above 0 and at most %d ms' % (key, value[key], MAX_SLO_MS))
+        # sglang_benchmark's slo option, bounded as the module bounds it (milliseconds)
+        amount, problem = benchmark_spec.convert(key, dict(type='float'), value[key], 'slo.%s' % key)
+        if problem:
+            problems.append(problem)
             continue
         out[key] = amount
     attainment = DEFAULT_ATTAINMENT if value.get('attainment') in (None, '') else _amount('slo.attainment', value['attainment'], problems)
-    if attainment is not None and not 0 < attainment <= 1:
-        problems.append(
-            'slo.attainment: %s is out of range; it is the share of requests that must meet the limits, above 0 and at most 1' % value['attainment']
-        )
-        attainment = None
+    if attainment is not None:
+        problem = BOUNDS['slo.attainment'].problem('slo.attainment', attainment, value.get('attainment', attainment))
+        if problem:
+            problems.append(problem)
+            attainment = None
     if all(out[k] is None for k in SLO_LIMITS) and len(problems) == bad:
         problems.append('slo: give at least one limit (%s)' % ', '.join(SLO_LIMITS))
     if len(problems) > bad:
@@ -333,16 +352,13 @@ def load_search_settings(value, slo: dict | None, bench: dict, problems: list[st
     if given['max'] is None:
         problems.append('load_search.max: give the highest concurrency to try (load_search: {max: 64})')
     out: dict[str, int] = {}
-    for key, minimum in (('min', 1), ('max', 1), ('max_levels', 1), ('finalists', 1)):
+    for key in LOAD_SEARCH_KEYS:
         if given[key] is not None:
-            number = _whole('load_search.%s' % key, given[key], minimum, problems)
+            number = _whole('load_search.%s' % key, given[key], problems)
             if number is not None:
                 out[key] = number
     if len(problems) > bad:
         return None
-    for key, highest in (('min', MAX_LOAD), ('max', MAX_LOAD), ('max_levels', 20), ('finalists', 10)):
-        if out[key] > highest:
-            problems.append('load_search.%s: %d is out of range; it must be at most %d' % (key, out[key], highest))
     if out['max'] < out['min']:
         problems.append('load_search.max: %d is below load_search.min %d' % (out['max'], out['min']))
     prompts = bench.get('num_prompts')
@@ -489,9 +505,9 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     envs = environments(grid.get('environments'), problems)
     bench = benchmark_settings(grid.get('benchmark'), problems)
     slo = slo_settings(grid.get('slo'), problems)
-    repeats = _whole('repeats', grid.get('repeats', DEFAULT_REPEATS), 1, problems) or DEFAULT_REPEATS
+    repeats = _whole('repeats', grid.get('repeats', DEFAULT_REPEATS), problems) or DEFAULT_REPEATS
     seed = grid.get('seed')
-    seed = None if seed in (None, '') else _whole('seed', seed, 0, problems)
+    seed = None if seed in (None, '') else _whole('seed', seed, problems)
     adaptive = _truth('adaptive', grid.get('adaptive', False), problems)
     search = str(grid.get('search', 'grid')).strip().lower()
     if search not in SEARCHES:
@@ -499,7 +515,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
         search = 'grid'
     load = load_search_settings(grid.get('load_search'), slo, bench, problems)
     max_trials = grid.get('max_trials')
-    max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, 1, problems)
+    max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, problems)
     if search == 'racing' and repeats <= RACING_MIN_RUNS:
         problems.append(
             'search: racing needs repeats above %d (a point is eliminated only after %d runs of it and of the leader), got repeats %d'
@@ -514,7 +530,7 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     if apply_concurrency in (None, ''):
         apply_concurrency = bench['concurrency'][0] if bench['concurrency'] else None
     else:
-        apply_concurrency = _whole('apply_concurrency', apply_concurrency, 1, problems)
+        apply_concurrency = _whole('apply_concurrency', apply_concurrency, problems)
         if apply_concurrency is not None and apply_concurrency not in bench['concurrency']:
             problems.append('apply_concurrency: %s is not one of benchmark.concurrency %s' % (apply_concurrency, bench['concurrency']))
 
