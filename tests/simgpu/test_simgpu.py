@@ -303,16 +303,18 @@ def test_process_listing_and_size_protocol(host: Host) -> None:
 
 
 def test_sigkill_frees_memory_after_release_delay(make_host: Callable[..., Host]) -> None:
-    host = make_host(release_delay_ms=1500)
+    # A delay long enough that two NVML reads fit in it on a machine at load 20 (each is about 0.1 s when quiet); the
+    # lower bound on when the memory came back holds however late this test runs.
+    host = make_host(release_delay_ms=4000)
     nv = host.nvml()
     proc, _ready = host.spawn(2, 4096, "--title", "sglang::scheduler_TP2")
-    proc.kill()  # never reaped until the end: a zombie, as under a slow parent
     killed_ms = time.time_ns() // 1_000_000
+    proc.kill()  # never reaped until the end: a zombie, as under a slow parent
 
-    wait_for(lambda: nv("procs(2)") == {}, timeout=1, what="the process to leave the list")
+    wait_for(lambda: nv("procs(2)") == {}, timeout=3, what="the process to leave the list")
     assert nv("mem(2)")["v2_used"] == 4096 * MIB  # the driver still tears the context down
     freed = wait_for(lambda: nv("mem(2)")["v2_used"] == 0 and time.time_ns() // 1_000_000, what="release")
-    assert freed - killed_ms >= 1400, "memory came back before release_delay_ms"
+    assert freed - killed_ms >= 3900, "memory came back before release_delay_ms"
     assert list((host.dir / "allocs").iterdir()) == []  # released files are removed
 
 
@@ -326,11 +328,13 @@ def test_watcher_stamps_the_moment_of_death(host: Host) -> None:
     assert not re.search("sglang", " ".join(cmdline(watcher)))
 
     (alloc_file,) = (host.dir / "allocs").iterdir()
+    before_ms = time.time_ns() // 1_000_000
     os.kill(proc.pid, signal.SIGKILL)
-    killed_ms = time.time_ns() // 1_000_000
-    # Nobody queries NVML here: the stamp can only come from the watcher.
+    # Nobody queries NVML here: the stamp can only come from the watcher, and it is a moment between the kill and
+    # when this test saw it (never a wall-clock tolerance, which a loaded machine stretches).
     dead_at = wait_for(lambda: dead_at_ms(alloc_file), what="dead_at_ms")
-    assert abs(dead_at - killed_ms) < 500
+    seen_ms = time.time_ns() // 1_000_000
+    assert before_ms <= dead_at <= seen_ms
     wait_for(lambda: not alive(watcher), what="the watcher to exit")
 
 
