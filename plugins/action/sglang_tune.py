@@ -39,7 +39,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_store import
     release,
 )
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_text import finalists_text
-from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_trial import LEVEL_KEYS, clip, load_plan, speculative_of
+from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_trial import LEVEL_KEYS, clip, final_configuration, load_plan, speculative_of
 
 display = Display()
 
@@ -290,7 +290,7 @@ class ActionModule(ActionBase):
 
     def op_report(self, params: dict, task_vars: dict, run_dir: RunDir) -> dict:
         if self._task.check_mode:
-            return dict(msg=['check mode: no trial ran, no report is written'], winner=None, winners={}, files={})
+            return dict(msg=['check mode: no trial ran, no report is written'], winner=None, winners={}, final={}, files={})
         plan = load_plan(run_dir)
         try:
             written = report.write_all(run_dir, plan)
@@ -329,6 +329,17 @@ class ActionModule(ActionBase):
             else:
                 lines.append('apply: nothing is applied, because %s; each host gets back what it ran (-e apply=force applies it anyway)' % refused)
         lines += ['report: %s' % files[run_files.REPORT], 'plots: %s, %s' % (files[run_files.PLOT], files[run_files.PARETO])]
+        final = {}
+        for host, base in params['speculative'].items():
+            if base is not None and not isinstance(base, dict):
+                raise AnsibleActionFail('speculative.%s: %r is not a mapping of speculative settings' % (host, base))
+        if winner is not None:
+            origin = 'applied by gpufleet.sglang.tune from %s: %s; to keep it, put %s in the inventory' % (
+                run_dir.path,
+                winner['label'],
+                files.get(run_files.WINNER, run_dir.file(run_files.WINNER)),
+            )
+            final = dict((str(h), final_configuration(winner, plan, base, origin)) for h, base in sorted(params['speculative'].items()))
         counts = dict((s, sum(1 for t in written['trials'] if t.get('status') == s)) for s in run_files.DONE)
         return dict(
             winner=None
@@ -344,6 +355,7 @@ class ActionModule(ActionBase):
                 ci_high=None if winner['stats']['ci_high'] is None else round(winner['stats']['ci_high'], 2),
             ),
             winners=per_level,
+            final=final,
             goodput=goodput_of(written['rows'], plan),
             apply=applying,
             apply_refused=refused,

@@ -110,6 +110,12 @@ options:
       C(instances), C(before) (what it ran) and C(before_label).
     type: dict
     default: {}
+  speculative:
+    description:
+      - With V(report), each host's own speculative settings (its instance's, the draft model path among them); the
+        winner's parameters go over them in RV(final).
+    type: dict
+    default: {}
   host:
     description: With V(canary), the host (default the task's host).
     type: str
@@ -181,6 +187,20 @@ winners:
   returned: when operation is report
   type: dict
   sample: {'1': {point: 'EAGLE3-2-1-3@default', label: EAGLE3 2/1/3, median: 93.1}}
+final:
+  description:
+    - With V(report) and a winner, per host of O(speculative), what the host runs once the winner is applied
+      (C(running), C(speculative), C(environment): the winner's variant, over the host's own variables, C(what), in
+      words, and C(origin), kept in the host's state); empty without a winner. The playbook applies it as it is.
+  returned: when operation is report
+  type: dict
+  sample:
+    node-a:
+      running: true
+      speculative: {algorithm: EAGLE3, draft_model_path: /models/eagle3-draft, num_steps: 2, eagle_topk: 1, num_draft_tokens: 3}
+      environment: {}
+      what: 'the winner, EAGLE3-2-1-3@default'
+      origin: 'applied by gpufleet.sglang.tune from /var/tmp/sweep-1: EAGLE3 2/1/3; to keep it, put /var/tmp/sweep-1/winner.yml in the inventory'
 goodput:
   description: With V(report) under an SLO, per concurrency level and measured point, C(attainment) (the share of its
     requests that met the SLO, pooled over its runs), C(good_tok_s) (the median good output tok/s) and C(meets_slo), figures
@@ -250,6 +270,7 @@ ARGUMENT_SPEC = dict(
     draft_model_paths=dict(type='dict', default={}),
     inventory=dict(type='list', elements='str', default=[]),
     facts=dict(type='dict', default={}),
+    speculative=dict(type='dict', default={}),
     host=dict(type='str'),
     trial=dict(type='dict'),
     benchmark=dict(type='dict'),

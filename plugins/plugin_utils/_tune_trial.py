@@ -66,6 +66,29 @@ def speculative_of(point: dict) -> dict | None:
     return speculative
 
 
+# What a host's final configuration says of its speculative settings (the sglang_server role's keys).
+FINAL_SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'adaptive', 'adaptive_config')
+
+
+def final_configuration(winner: dict, plan: dict, base_speculative: dict | None, origin: str) -> dict:
+    """What a host runs once the winner is applied: ``running``, ``speculative`` (the point's parameters over the
+    host's own speculative settings, the draft model path among them; empty for the baseline), ``environment`` (the
+    winner's variant, to go over the host's own variables), ``what`` (in words) and ``origin`` (kept in the host's
+    state, so that relaunch.yml names it as drift until the inventory carries it)."""
+    point = winner['point']
+    speculative: dict = {}
+    if point.get('algorithm'):
+        merged = dict(base_speculative or {}, **(speculative_of(point) or {}))
+        speculative = dict((k, merged[k]) for k in FINAL_SPECULATIVE_KEYS if k in merged)
+    return dict(
+        running=True,
+        speculative=speculative,
+        environment=dict(plan['environments'][point['environment']]),
+        what='the winner, %s' % winner['id'],
+        origin=origin,
+    )
+
+
 def next_trial(run_dir: RunDir, host: str, number: int | None, phase: str, check_mode: bool) -> dict:
     """The trial ``host`` runs in round ``number`` of ``phase`` (sweep or load), or why it runs none (``run`` false).
 

@@ -87,3 +87,30 @@ def test_the_benchmark_takes_the_plans_settings(trial, plan, dataset, expected):
 )
 def test_only_a_serving_relaunch_is_benchmarked(launch, serves):
     assert trials.serves(launch) is serves
+
+
+@pytest.mark.parametrize(
+    'point, base, speculative',
+    [
+        # the point's parameters over the host's own settings, the draft model path kept, nothing else of them
+        (
+            dict(algorithm='EAGLE3', num_steps=2, eagle_topk=1, num_draft_tokens=3, environment='default'),
+            dict(algorithm='EAGLE', draft_model_path='/models/d', num_steps=5, eagle_topk=1, num_draft_tokens=6, note='x'),
+            dict(algorithm='EAGLE3', draft_model_path='/models/d', num_steps=2, eagle_topk=1, num_draft_tokens=3, adaptive=False, adaptive_config=None),
+        ),
+        # the baseline wins: no speculation at all, whatever the host ran
+        (dict(algorithm=None, num_steps=None, eagle_topk=None, num_draft_tokens=None, environment='nccl'), dict(algorithm='EAGLE', num_steps=3), {}),
+    ],
+)
+def test_the_final_configuration_is_the_winner_over_the_hosts_own(point, base, speculative):
+    plan = dict(environments=dict(default={}, nccl=dict(NCCL_ALGO='Ring')))
+    winner = dict(id='p@%s' % point['environment'], label='P', point=point)
+    final = trials.final_configuration(winner, plan, base, 'applied by ...')
+    assert final == dict(
+        running=True,
+        speculative=speculative,
+        environment=plan['environments'][point['environment']],
+        what='the winner, %s' % winner['id'],
+        origin='applied by ...',
+    )
+    assert final['environment'] is not plan['environments'][point['environment']]  # the plan's copy is never handed out
