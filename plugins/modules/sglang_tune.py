@@ -190,7 +190,7 @@ winners:
 final:
   description:
     - With V(report) and a winner, per host of O(speculative), what the host runs once the winner is applied
-      (C(running), C(speculative), C(environment): the winner's variant, over the host's own variables, C(what), in
+      (C(running), C(speculative), C(environment), the winner's variant over the host's own variables, C(what), in
       words, and C(origin), kept in the host's state); empty without a winner. The playbook applies it as it is.
   returned: when operation is report
   type: dict
