@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _benchmark_spec as spec
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_grid as grid
 
 DRAFT = '/models/eagle-draft'
@@ -249,3 +250,46 @@ def test_there_are_documented_grids():
 def test_the_documented_grids_are_valid(path):
     expanded = grid.expand(yaml.safe_load(path.read_text()), DRAFT)
     assert expanded['points'][0]['id'] == 'baseline@default' and len(expanded['points']) > 3
+
+
+# The benchmark's part of the grid is bounded by the module's own table (plugins/module_utils/_benchmark_spec.py).
+@pytest.mark.parametrize(
+    'key, value, problem',
+    [
+        ('ttft_ms', 0, 'slo.ttft_ms: 0 is out of range; it must be above 0 (milliseconds)'),
+        ('tpot_ms', 2e7, 'slo.tpot_ms: 20000000.0 is out of range; it must be at most 10000000 (milliseconds)'),
+        ('e2e_ms', True, 'slo.e2e_ms: True is not a number'),
+    ],
+)
+def test_the_grid_bounds_its_slo_by_the_modules_table(key, value, problem):
+    with pytest.raises(grid.GridError) as info:
+        grid.expand(dict(steps=[2], slo={key: value}), '/models/draft')
+    assert problem in info.value.problems
+
+
+@pytest.mark.parametrize(
+    'values, problem',
+    [
+        (dict(repeats=0), 'repeats: 0 is out of range; it must be at least 1'),
+        (dict(seed=-1), 'seed: -1 is out of range; it must be at least 0'),
+        (dict(slo=dict(ttft_ms=100, attainment=1.5)), 'slo.attainment: 1.5 is out of range; it must be at most 1 (the share of requests'),
+        (dict(slo=dict(ttft_ms=100), load_search=dict(max=64, finalists=11)), 'load_search.finalists: 11 is out of range; it must be at most 10'),
+        (dict(benchmark=dict(warmup_requests=-2)), 'benchmark.warmup_requests: -2 is out of range; it must be at least 0'),
+    ],
+)
+def test_every_number_of_the_grid_is_bounded_by_one_table(values, problem):
+    with pytest.raises(grid.GridError) as info:
+        grid.expand(dict(steps=[2], **values), '/models/draft')
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+    assert all(key.split('.')[0] in grid.GRID_KEYS for key in grid.BOUNDS)
+
+
+def test_the_grids_benchmark_is_the_modules_options_with_the_modules_defaults():
+    assert set(grid.BENCHMARK_KEYS) - {'dataset'} <= set(spec.OPTIONS)
+    for key, value in grid.BENCHMARK_DEFAULTS.items():
+        if key != 'concurrency':
+            assert value == spec.OPTIONS[key]['default'], key
+    assert tuple(spec.OPTIONS['dataset_name']['choices']) == grid.DATASET_NAMES
+    assert set(spec.OPTIONS['slo']['options']) == set(grid.SLO_LIMITS)
+    planned = grid.expand(dict(steps=[2], benchmark=dict(timeout='90', concurrency='1,4')), '/models/draft')['benchmark']
+    assert planned['timeout'] == 90.0 and planned['concurrency'] == [1, 4] and planned['input_len'] == 1024
