@@ -54,6 +54,11 @@ from sglang.version import __version__ as SIM_VERSION  # noqa: E402
 
 @pytest.fixture(scope="module")
 def wheel():
+    return open_wheel()
+
+
+def open_wheel():
+    """The pinned wheel (or SGLANG_CONTRACT_WHEEL's), failing the test when it cannot be had."""
     path = os.environ.get("SGLANG_CONTRACT_WHEEL")
     try:
         if not path:

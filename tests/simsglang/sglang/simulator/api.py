@@ -11,6 +11,7 @@ import heapq
 import hmac
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -24,7 +25,10 @@ from sglang.version import __version__
 
 logger = logging.getLogger("sglang.simulator.api")
 
-STARTING, UP, DRAINING = "starting", "up", "draining"
+STARTING, UP, DRAINING, UNHEALTHY = "starting", "up", "draining", "unhealthy"
+# SGLang's /health runs a one-token generation and gives up after this many seconds (http_server.py)
+HEALTH_CHECK_TIMEOUT_VARIABLE = "SGLANG_HEALTH_CHECK_TIMEOUT"
+HEALTH_CHECK_TIMEOUT_DEFAULT = 20
 GEN_THROUGHPUT_STALENESS_SECONDS = 30.0
 # The request header with the client's CLOCK_MONOTONIC send time, and how far back one is believed (a stamp from
 # another clock, or a request held up longer than this, starts at its arrival instead).
@@ -187,6 +191,13 @@ class ServerState(object):
         # --speculative-adaptive: an adaptive.AdaptiveSteps that picks each cycle's steps by the batch decoding now
         self.adaptive = None
         self.step_models = {}  # steps -> SpeedModel of that chain, for adaptive cycles
+        # A multi-node server whose peer is gone (multinode.py): every generation hangs where it is, for good.
+        self.wedged = threading.Event()
+        self._never = threading.Event()
+
+    def hang_if_wedged(self):
+        if self.wedged.is_set():
+            self._never.wait()
 
     # -- request accounting ------------------------------------------------------------------
     @contextmanager
@@ -300,6 +311,7 @@ class ServerState(object):
         if sent_at is not None and arrival - SENT_BELIEVED_SECONDS <= sent_at <= arrival:
             arrival = sent_at
         rid = rid or uuid.uuid4().hex
+        self.hang_if_wedged()
         entry = [prompt_tokens, 0, False]
         with self.lock:
             self.queued += 1
@@ -338,6 +350,7 @@ class ServerState(object):
             pacers = {}  # one per chain length: adaptive speculation changes it from cycle to cycle
             proposed = 0
             while len(ids) < max_new_tokens:
+                self.hang_if_wedged()  # a collective with a dead peer never returns
                 # each cycle at the pace of the batch decoding now (every running request is in it)
                 batch = max(self.running, 1)
                 model = self.cycle_model(batch)
@@ -758,6 +771,17 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- probes and information --------------------------------------------------------------
     def health(self):
+        if self.state.wedged.is_set() and self.state.status in (UP, UNHEALTHY):
+            # the one-token generation never comes back: SGLang waits HEALTH_CHECK_TIMEOUT seconds, then 503
+            try:
+                limit = float(os.environ.get(HEALTH_CHECK_TIMEOUT_VARIABLE) or HEALTH_CHECK_TIMEOUT_DEFAULT)
+            except ValueError:
+                limit = float(HEALTH_CHECK_TIMEOUT_DEFAULT)
+            time.sleep(limit)
+            logger.error("Health check failed. Server couldn't get a response from detokenizer for last %d seconds.", limit)
+            self.state.status = UNHEALTHY
+            self._send(503, b"", "text/plain")
+            return
         if self.state.status == DRAINING:
             logger.info("Health check request received during shutdown. Returning 503.")
         self._send(200 if self.state.status == UP else 503, b"", "text/plain")
@@ -841,7 +865,7 @@ class Handler(BaseHTTPRequestHandler):
     def _refuse_unless_serving(self):
         # SGLang 0.5.23 keeps accepting generation requests after SIGTERM: only the probes answer 503,
         # and the drain waits for whatever arrives meanwhile too.
-        if self.state.status in (UP, DRAINING):
+        if self.state.status in (UP, DRAINING, UNHEALTHY):
             return False
         self._send(503, {"error": {"message": "The server is starting.", "type": "service_unavailable", "code": 503}})
         return True

@@ -25,6 +25,8 @@ KNOWN_DEFAULTS = {
     "tp_size": 1,
     "pp_size": 1,
     "dp_size": 1,
+    "nnodes": 1,
+    "node_rank": 0,
     "ep_size": 1,
     "base_gpu_id": 0,
     "gpu_id_step": 1,

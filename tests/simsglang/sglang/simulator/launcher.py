@@ -22,7 +22,7 @@ import threading
 import time
 from multiprocessing import resource_tracker
 
-from sglang.simulator import api, config, workers
+from sglang.simulator import api, config, multinode, workers
 from sglang.simulator import args as cli_args
 from sglang.simulator.adaptive import AdaptiveSteps
 from sglang.simulator.rules import speculative
@@ -180,6 +180,18 @@ class Launcher(object):
         self.ctx = multiprocessing.get_context("fork")
         self.children = []  # (name, process, parent end of its pipe)
         self.http = None
+        self.node_rank = int(server_args.get("node_rank") or 0)
+        self.world = None
+        if int(server_args.get("nnodes") or 1) > 1:
+            address = server_args.get("dist_init_addr")
+            self.world = multinode.World(
+                int(server_args["nnodes"]),
+                self.node_rank,
+                int(server_args.get("tp_size") or 1),
+                multinode.parse_address(address) if address else None,
+                server_args.get("dist_timeout"),
+                server_args.get("model_path"),
+            )
         speed = SpeedModel(
             settings,
             server_args.get("speculative_algorithm"),
@@ -197,15 +209,53 @@ class Launcher(object):
 
     # -- signals -----------------------------------------------------------------------------
     def _on_stop_signal(self, signum, _frame):
+        if self.state.wedged.is_set():
+            self._on_wedged_signal(signum)
+            return
         first = not self.stop_requested.is_set()
         self.stop_requested.set()
         if first:
             # SGLang's SignalHandler.sigterm_handler, called by asyncio without arguments
             logger.warning("%s received. signum=None frame=None. Draining requests and shutting down...", signal.Signals(signum).name)
 
+    def _on_follower_sigterm(self, signum, _frame):
+        if self.state.wedged.is_set():
+            self._on_wedged_signal(signum)
+            return
+        logger.warning("SIGTERM received on node_rank %d; %s", self.node_rank, multinode.FOLLOWER_SIGTERM_NOTE)
+
     def install_signals(self):
+        if self.node_rank >= 1:
+            # engine.py: a node of rank >= 1 cannot drain on its own; node 0's shutdown stops every rank
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if self.settings["ignore_sigterm"] else self._on_follower_sigterm)
+            signal.signal(signal.SIGINT, self._on_follower_sigint)
+            return
         signal.signal(signal.SIGTERM, signal.SIG_IGN if self.settings["ignore_sigterm"] else self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
+
+    def _on_follower_sigint(self, signum, _frame):
+        if self.state.wedged.is_set():
+            self._on_wedged_signal(signum)
+            return
+        self.kill_tree_and_die("KeyboardInterrupt")
+
+    @staticmethod
+    def _on_wedged_signal(signum):
+        logger.warning("%s received; the schedulers are stuck in a collective with a lost node and cannot stop.", signal.Signals(signum).name)
+
+    def wedge(self, lost_rank):
+        """A peer node went away without node 0's shutdown (multinode.py): hang with the memory, until SIGKILL."""
+        self.state.wedged.set()  # first: a probe that follows the log line finds it; the signal handlers read it too
+        logger.error(
+            "[node %d] lost node %d: NCCL collectives with it never complete; the schedulers hang and keep their GPU memory (SGLang #3099).",
+            self.node_rank,
+            lost_rank,
+        )
+        for _name, _proc, conn in self.children:
+            try:
+                conn.send("wedge")
+            except OSError:
+                pass
 
     # -- children ----------------------------------------------------------------------------
     def fork_children(self, plan):
@@ -213,15 +263,20 @@ class Launcher(object):
         # them: multiprocessing's resource tracker (`python -c 'from multiprocessing.resource_tracker import
         # main;main(N)'`, seen in tests/real). It exits by itself once the launcher and the children are gone.
         resource_tracker.ensure_running()
-        pipes = [self.ctx.Pipe(duplex=True) for _rank in range(plan["tp_size"] + 1)]
+        # a node runs its own share of the TP ranks; only node 0 has a detokenizer (engine.py)
+        ranks = range(plan["first_tp_rank"], plan["first_tp_rank"] + plan["tp_per_node"])
+        pipes = [self.ctx.Pipe(duplex=True) for _rank in range(len(ranks) + 1)]
         every_end = [end for pair in pipes for end in pair]
         me = os.getpid()
         detok_parent, detok_child = pipes[0]
-        proc = self.ctx.Process(target=workers.run_detokenizer, name="detokenizer", args=(self.settings, detok_child, every_end, me))
-        proc.start()
-        self.children.append(("sglang::detokenizer", proc, detok_parent))
-        for rank in range(plan["tp_size"]):
-            parent_end, child_end = pipes[rank + 1]
+        if self.node_rank == 0:
+            proc = self.ctx.Process(target=workers.run_detokenizer, name="detokenizer", args=(self.settings, detok_child, every_end, me))
+            proc.start()
+            self.children.append(("sglang::detokenizer", proc, detok_parent))
+        else:
+            detok_parent.close()
+        for index, rank in enumerate(ranks):
+            parent_end, child_end = pipes[index + 1]
             proc = self.ctx.Process(target=workers.run_scheduler, name="scheduler_TP%d" % rank, args=(rank, plan, self.settings, child_end, every_end, me))
             proc.start()
             self.children.append((workers.scheduler_title(rank, plan["tp_size"]), proc, parent_end))
@@ -312,6 +367,30 @@ class Launcher(object):
         while not self.stop_requested.wait(0.1):
             self._check_children()
 
+    def form_world(self):
+        """Join the multi-node world before any scheduler starts; a world that cannot form fails the server."""
+        try:
+            self.world.form()
+        except multinode.RendezvousError as exc:
+            self.kill_tree_and_die("Scheduler hit an exception: %s" % exc)
+        self.world.watch(self.wedge)
+
+    def serve_as_follower(self):
+        """A node of rank >= 1: the dummy health server, then wait for node 0's shutdown (or hang if it is lost)."""
+        try:
+            self.http = multinode.dummy_health_server(self.args["host"], self.args["port"])
+        except OSError as exc:
+            self.kill_tree_and_die("Cannot serve the health check on %s:%s: %s" % (self.args["host"], self.args["port"], exc))
+        logger.info("Dummy health check server running on http://%s:%s (node_rank %d)", self.args["host"], self.args["port"], self.node_rank)
+        while not self.world.shutdown.wait(0.1):
+            self._check_children()
+        logger.info("ShutdownReq from node 0 received; stopping the schedulers of node_rank %d.", self.node_rank)
+        self.stop_children()
+        self.http.shutdown()
+        self.http.server_close()
+        logging.shutdown()
+        os._exit(0)
+
     def drain_and_exit(self):
         """SGLang's sigterm_watchdog: probes answer 503, new requests are still served, and the launcher
         waits with no time limit (unless drain_seconds) until no request is left, then stops the children."""
@@ -335,6 +414,19 @@ class Launcher(object):
                 break
             self._check_children()
             time.sleep(float(self.settings["drain_poll_seconds"]))
+        if self.world is not None:
+            self.world.broadcast_shutdown()
+        self.stop_children()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        logger.info("Server shut down.")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def stop_children(self):
         for _name, _proc, conn in self.children:
             try:
                 conn.send("shutdown")
@@ -347,18 +439,17 @@ class Launcher(object):
                 logger.warning("Schedulers still alive %ds after ShutdownReq, killing them before they released: [%d]", CHILD_EXIT_SECONDS, proc.pid)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.join(CHILD_EXIT_SECONDS)
-        if self.http is not None:
-            self.http.shutdown()
-            self.http.server_close()
-        logger.info("Server shut down.")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
     def run(self, plan):
         self.install_signals()
+        if self.world is not None:
+            self.form_world()
+            workers.CLOSE_IN_CHILDREN[:] = [conn.fileno() for conn in self.world.peers.values()]
         self.fork_children(plan)
+        if self.node_rank >= 1:
+            if self.wait_until_loaded():
+                self.serve_as_follower()
+            self.kill_tree_and_die("node_rank %d stopped while loading" % self.node_rank)
         threading.Thread(target=self.stats_loop, name="stats", daemon=True).start()
         if self.settings["http_during_load"]:
             self.start_http()
@@ -393,6 +484,25 @@ def context_length(server_args, settings):
     return int(asked)
 
 
+def check_nodes(server_args, tp_size):
+    """(nnodes, node_rank), refused as SGLang refuses them: tp_size divisible by the nodes (validation_hook.py), a
+    --dist-timeout above 0 (parallel_state.py), a --dist-init-addr that parses (NetworkAddress), a rank in the world."""
+    nnodes = int(server_args.get("nnodes") or 1)
+    node_rank = int(server_args.get("node_rank") or 0)
+    if nnodes < 1 or (tp_size * int(server_args.get("pp_size") or 1)) % nnodes:
+        _fail_before_start("tp_size must be divisible by number of nodes", "AssertionError")
+    if not 0 <= node_rank < nnodes:
+        _fail_before_start("node_rank %d is not a rank of a world of %d nodes" % (node_rank, nnodes), "AssertionError")
+    if server_args.get("dist_timeout") is not None and int(server_args["dist_timeout"]) <= 0:
+        _fail_before_start("timeout must be positive", "AssertionError")
+    if server_args.get("dist_init_addr"):
+        try:
+            multinode.parse_address(server_args["dist_init_addr"])
+        except ValueError as exc:
+            _fail_before_start(str(exc))
+    return nnodes, node_rank
+
+
 def main(argv):
     """Run the simulated server with SGLang's command line (without the program name)."""
     argv = list(argv)
@@ -415,6 +525,7 @@ def main(argv):
     server_args["tokenizer_path"] = server_args.get("tokenizer_path") or server_args["model_path"]
     resolve_speculative(server_args, settings)
     tp_size = int(server_args.get("tp_size") or 1)
+    nnodes, node_rank = check_nodes(server_args, tp_size)
     if server_args.get("mem_fraction_static") is None:
         try:
             from simgpu.host import read_host  # pylint: disable=import-outside-toplevel
@@ -429,6 +540,8 @@ def main(argv):
     logger.info("server_args=%r", shown)
     plan = {
         "tp_size": tp_size,
+        "tp_per_node": tp_size // nnodes,
+        "first_tp_rank": node_rank * (tp_size // nnodes),
         "base_gpu_id": int(server_args.get("base_gpu_id") or 0),
         "gpu_id_step": int(server_args.get("gpu_id_step") or 1),
         "mem_fraction_static": float(server_args["mem_fraction_static"]),

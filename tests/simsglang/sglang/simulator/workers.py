@@ -41,8 +41,18 @@ def physical_gpu(gpu_id):
     return int(devices[gpu_id])
 
 
+# Descriptors the launcher holds that its children must not keep open (a multi-node world's peer connections:
+# a peer has to see them close when this node's launcher dies). Set before forking; a fork copies it.
+CLOSE_IN_CHILDREN = []
+
+
 def _become_child(title, settings, launcher_pid, own_conn, other_conns, prefix):
     setproctitle(title)
+    for fd in CLOSE_IN_CHILDREN:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     for conn in other_conns:
         if conn is not own_conn:
             conn.close()
@@ -62,7 +72,9 @@ def _become_child(title, settings, launcher_pid, own_conn, other_conns, prefix):
 
 
 def _wait_for_shutdown(conn, settings):
-    """Block until the launcher says shut down (exit 0) or disappears."""
+    """Block until the launcher says shut down (exit 0) or disappears. After "wedge" (a peer node is gone, see
+    multinode.py) the process is stuck in a collective: it ignores SIGTERM and shutdown, and keeps its memory."""
+    wedged = False
     while True:
         try:
             message = conn.recv()
@@ -72,7 +84,11 @@ def _wait_for_shutdown(conn, settings):
                 while True:
                     signal.pause()
             os._exit(0)
-        if message == "shutdown":
+        if message == "wedge":
+            wedged = True
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            continue
+        if message == "shutdown" and not wedged:
             if settings["scheduler_exit_seconds"]:
                 time.sleep(float(settings["scheduler_exit_seconds"]))
             os._exit(0)
@@ -100,7 +116,8 @@ def run_scheduler(tp_rank, plan, settings, conn, all_conns, launcher_pid):
     tp_size = plan["tp_size"]
     _become_child(scheduler_title(tp_rank, tp_size), settings, launcher_pid, conn, all_conns, " TP%d" % tp_rank if tp_size > 1 else "")
     try:
-        gpu = physical_gpu(plan["base_gpu_id"] + tp_rank * plan["gpu_id_step"])
+        # a node's ranks use its own GPUs: global rank r of node n is its local GPU r - n * tp_size / nnodes
+        gpu = physical_gpu(plan["base_gpu_id"] + (tp_rank - plan["first_tp_rank"]) * plan["gpu_id_step"])
         state = read_host().gpus
         if not 0 <= gpu < len(state):
             raise SimGpuError("CUDA error: invalid device ordinal (GPU %d, the host has %d)" % (gpu, len(state)))
