@@ -85,6 +85,11 @@ MANAGED_FLAGS = {
     "--speculative-adaptive-config": "speculative.adaptive_config",
 }
 
+# A server over several hosts is one unit that must be stopped, started and verified together (a node of rank >= 1
+# answers /health 200 whatever its state, and a node whose peer stops hangs with its memory): until the collection
+# runs such units, extra_args may not make an instance one node of several. Flag -> the only value allowed.
+SINGLE_NODE_FLAGS = {"--nnodes": 1, "--node-rank": 0}
+
 # Every speculative-decoding setting goes through the module's speculative option, where the rules of
 # _speculative.py apply; extra_args may not bypass them.
 MANAGED_DEST_PREFIXES = {"speculative_": "speculative"}
@@ -193,6 +198,7 @@ def validate_extra_args(mapping):
         managed = _managed_option(spec)
         if managed:
             raise SGLangFlagError("%s: %s is set by the module; use its %s option instead of extra_args" % (field, option, managed), field=field, value=key)
+        _refuse_multi_node(spec, value, field)
         if spec["dest"] in seen:
             raise SGLangFlagError(
                 "%s: sets the same SGLang setting as extra_args.%s (%s)" % (field, seen[spec["dest"]], spec["canonical"]), field=field, value=key
@@ -200,6 +206,24 @@ def validate_extra_args(mapping):
         seen[spec["dest"]] = key
         argv.extend(_flag_argv(spec, option, value, field))
     return argv
+
+
+def _refuse_multi_node(spec, value, field):
+    allowed = SINGLE_NODE_FLAGS.get(spec["canonical"])
+    if allowed is None or isinstance(value, (list, tuple, dict, bool)):
+        return  # not such a flag, or a value _flag_argv refuses in its own words
+    try:
+        number = int(_convert(spec, value, field))
+    except ValueError:
+        return
+    if number != allowed:
+        raise SGLangFlagError(
+            "%s: %r makes this server one node of several, which this collection does not run yet: each host would be "
+            "stopped, started and verified on its own, a node of rank >= 1 answers /health 200 whatever its state, and a "
+            "node whose peer stops hangs with its GPU memory; only %s %d is accepted" % (field, value, spec["canonical"], allowed),
+            field=field,
+            value=value,
+        )
 
 
 def _flag_argv(spec, option, value, field):

@@ -177,6 +177,8 @@ options:
             this module sets through its own options (and C(--config)) are refused with the option to use. So are
             the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)), which have options of their
             own that keep them off the command line.
+          - C(--nnodes) above 1 and C(--node-rank) above 0 are refused too. A server over several hosts is one unit
+            that must be stopped, started and verified together, which this module does not do yet.
         type: dict
         default: {}
       environment:

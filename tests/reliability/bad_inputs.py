@@ -93,6 +93,7 @@ CASES = [
     case('launch', 'extra_args-config', ['extra_args.config', '--config'], inst=dict(extra_args={'config': '/tmp/evil.yaml'})),
     case('launch', 'extra_args-admin-key', ['extra_args.admin-api-key', 'admin_api_key'], inst=dict(extra_args={'admin-api-key': SECRETS['admin_api_key']})),
     case('launch', 'extra_args-bad-value', ['extra_args.mem-fraction-static', "'lots'"], inst=dict(extra_args={'mem-fraction-static': 'lots'})),
+    case('launch', 'extra_args-nnodes', ['extra_args.nnodes', 'node of several'], inst=dict(extra_args={'nnodes': 2, 'dist-init-addr': 'h.invalid:5000'})),
     # ------------------------------------------------------------ speculative rules
     case('launch', 'steps-0', ['speculative.num_steps', '0'], inst=dict(speculative=dict(num_steps=0))),
     case('launch', 'steps-negative', ['speculative.num_steps', '-1'], inst=dict(speculative=dict(num_steps=-1))),

@@ -43,7 +43,7 @@ def physical_gpu(gpu_id):
 
 # Descriptors the launcher holds that its children must not keep open (a multi-node world's peer connections:
 # a peer has to see them close when this node's launcher dies). Set before forking; a fork copies it.
-CLOSE_IN_CHILDREN = []
+CLOSE_IN_CHILDREN: list[int] = []
 
 
 def _become_child(title, settings, launcher_pid, own_conn, other_conns, prefix):
