@@ -39,9 +39,9 @@ def fixture_hosts(tmp_path):
     return made
 
 
-def node(servers, tmp_path, host_dir, rank, address, *extra, tp=4, nnodes=2, env=None):
+def node(servers, tmp_path, host_dir, rank, address, *extra, tp=4, nnodes=2, env=None, config=None):
     argv = ["--model-path", MODEL, "--tp", str(tp), "--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", address, *extra]
-    return launch(servers, tmp_path, host_dir, argv, env=env)
+    return launch(servers, tmp_path, host_dir, argv, env=env, config=config)
 
 
 def holders(host_dir):
@@ -121,6 +121,21 @@ def test_a_dead_node_0_leaves_node_1_hung_and_its_dummy_health_still_200(tmp_pat
     assert follower.proc.poll() is None
     follower.kill_group()
     wait_for(lambda: clean(hosts[1]), what="node 1's GPUs released after SIGKILL")
+
+
+def test_node_1_crashing_at_start_leaves_node_0_unready_and_holding_its_memory(tmp_path, hosts, servers):
+    address = "127.0.0.1:%d" % free_port()
+    env = {"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
+    crashing = node(servers, tmp_path, hosts[1], 1, address, env=env, config={"crash_on": [{"tp_size": 4}]})
+    leader = node(servers, tmp_path, hosts[0], 0, address, env=env)
+    assert crashing.wait_exit(60) == -signal.SIGKILL
+    assert "illegal memory access" in crashing.log()
+    wait_for(lambda: "lost node 1" in leader.log(), timeout=60, what="node 0 to lose node 1")
+    # whether node 0 got as far as serving or not, it never answers healthy again, and it keeps its memory
+    assert leader.health() == 503 and leader.proc.poll() is None
+    wait_for(lambda: all(holders(hosts[0]).values()), timeout=60, what="node 0's ranks to hold their GPUs")
+    leader.kill_group()
+    wait_for(lambda: clean(hosts[0]) and clean(hosts[1]), what="both hosts' GPUs released")
 
 
 def test_a_world_that_never_forms_fails_after_dist_timeout_without_touching_a_gpu(tmp_path, hosts, servers):
