@@ -66,6 +66,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._convert import whole
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import INSTANCE_OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
@@ -77,10 +78,10 @@ COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 
 
 def _count(value):
-    # -e steps=3 arrives as the string '3'; anything else is left for sglang_launch to refuse by name.
-    if isinstance(value, str) and value.strip().lstrip('-').isdigit():
-        return int(value)
-    return value
+    # -e steps=3 arrives as the string '3', converted as sglang_launch's int options are; anything else is left for
+    # sglang_launch to refuse by name.
+    number = whole(value) if isinstance(value, str) else None
+    return value if number is None else number
 
 
 def merge_speculative(base: dict | None, override: dict | None) -> dict | None:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _convert
 from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import DEFAULT_PYTHON
 
 DATASET_NAMES = ('random', 'random-ids', 'sharegpt', 'custom')
@@ -108,7 +107,7 @@ def coerce(field: str, value, name: str | None = None) -> tuple[Any, list[str]]:
     if spec['type'] != 'list':
         converted, problem = convert(field, spec, value, name)
         return converted, [problem] if problem else []
-    items = None if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else _validated(dict(type='list'), value)[0]
+    items = None if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else _convert.converted(dict(type='list'), value)[0]
     if items is None:
         return None, ['%s: %r is not a list' % (name, value)]
     out, problems = [], []
@@ -128,7 +127,7 @@ def convert(field: str, spec: dict, value, name: str) -> tuple[Any, str | None]:
     wanted = dict(int='a whole number', float='a number').get(kind)
     if wanted and isinstance(value, bool):
         return None, '%s: %r is not %s' % (name, value, wanted)
-    converted, failed = _validated(spec, value)
+    converted, failed = _convert.converted(spec, value)
     if failed:
         if 'choices' in spec:
             return None, '%s: %r is not one of %s' % (name, value, ', '.join(spec['choices']))
@@ -139,9 +138,3 @@ def convert(field: str, spec: dict, value, name: str) -> tuple[Any, str | None]:
         if problem:
             return None, problem
     return converted, None
-
-
-def _validated(spec: dict, value) -> tuple[Any, bool]:
-    """ansible-core's conversion of one value under ``spec``: (the value, whether it failed)."""
-    result = ArgumentSpecValidator(dict(value=spec)).validate(dict(value=value))
-    return result.validated_parameters.get('value'), bool(result.error_messages)

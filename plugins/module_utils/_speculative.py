@@ -7,11 +7,11 @@
 
 """SGLang's speculative-decoding parameter rules, in one place.
 
-The launch module, the role's preflight and the simulated server all decide with these functions, so
-what the collection accepts, what it puts on the command line and what the simulator reports agree.
-Pure functions, standard library only. The rules follow the pinned SGLang release
-(sglang/srt/arg_groups/speculative_hook.py and sglang/srt/speculative/spec_info.py); the contract
-test holds them to the real wheel. The release and its algorithm names are read from the generated
+The launch module, the role's preflight, the sweep's grid and the AWX surveys all decide with these functions, so
+what the collection accepts and what it puts on the command line agree everywhere (the simulated server keeps its
+own copy on purpose). Pure functions; numbers given as text are converted as ansible-core converts a module's
+options. The rules follow the pinned SGLang release (sglang/srt/arg_groups/speculative_hook.py and
+sglang/srt/speculative/spec_info.py); the contract test holds them to the real wheel. The release and its algorithm names are read from the generated
 flag table, _sglang_flags_data.py, so they are written down once.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.gpufleet.sglang.plugins.module_utils._convert import whole
 from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags_data import (
     SGLANG_VERSION,
     SPECULATIVE_ALGORITHM_DOCUMENTED,
@@ -233,22 +234,12 @@ def _adaptive_knob(field, name, value):
 def _as_count(field, value, minimum=1):
     if value is None:
         return None
-    if isinstance(value, bool):
+    number = whole(value)
+    if number is None:
         raise SpeculativeError(field, value, "is not a whole number")
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.lstrip("-").isdigit():
-            raise SpeculativeError(field, value, "is not a whole number")
-        value = int(text)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise SpeculativeError(field, value, "is not a whole number")
-        value = int(value)
-    if not isinstance(value, int):
-        raise SpeculativeError(field, value, "is not a whole number")
-    if value < minimum:
+    if number < minimum:
         raise SpeculativeError(field, value, "is not allowed; SGLang needs at least %d" % minimum)
-    return value
+    return number
 
 
 class _Outcome(object):

@@ -29,6 +29,7 @@ import random
 import re
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils import _benchmark_spec as benchmark_spec
+from ansible_collections.gpufleet.sglang.plugins.module_utils import _convert as convert
 from ansible_collections.gpufleet.sglang.plugins.module_utils._environment import value_text, variable_problem
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import (
     ADAPTIVE_DEFAULT_CANDIDATES,
@@ -181,34 +182,28 @@ def _as_list(value) -> list:
 
 
 def _whole(field: str, value, problems: list[str]) -> int | None:
-    """An integer from an int or a string of digits (``-e steps=3`` arrives as text) within ``BOUNDS[field]``, else a
-    problem."""
-    if isinstance(value, bool):
+    """A whole number as a module's ``type: int`` option takes it (``-e steps=3`` arrives as text) within
+    ``BOUNDS[field]``, else a problem."""
+    number = convert.whole(value)
+    if number is None:
         problems.append('%s: %r is not a whole number' % (field, value))
         return None
-    if isinstance(value, str) and value.strip().lstrip('-').isdigit():
-        value = int(value.strip())
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int):
-        problems.append('%s: %r is not a whole number' % (field, value))
-        return None
-    problem = BOUNDS[field].problem(field, value)
+    problem = BOUNDS[field].problem(field, number, value)
     if problem:
         problems.append(problem)
         return None
-    return value
+    return number
 
 
 def _truth(field: str, value, problems: list[str]) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ('true', 'yes', 'on', '1', 'false', 'no', 'off', '0', ''):
-        return value.strip().lower() in ('true', 'yes', 'on', '1')
-    if value is None:
+    """True or false as a module's ``type: bool`` option takes it; unset (None or an empty survey answer) is false."""
+    if value in (None, ''):
         return False
-    problems.append('%s: %r is not true or false' % (field, value))
-    return False
+    flag = convert.truth(value)
+    if flag is None:
+        problems.append('%s: %r is not true or false' % (field, value))
+        return False
+    return flag
 
 
 def environments(value, problems: list[str]) -> dict[str, dict[str, str]]:

@@ -105,6 +105,10 @@ REFUSED = [
     ),
     (dict(steps=[2], points=[dict(steps=3, environment='nope')]), DRAFT, ["points[0].environment: 'nope' is not one of the environment variants default"]),
     (dict(steps=[2], adaptive='maybe'), DRAFT, ["adaptive: 'maybe' is not true or false"]),
+    (dict(steps=[2], adaptive=2), DRAFT, ['adaptive: 2 is not true or false']),
+    (dict(steps=[2], repeats=True), DRAFT, ['repeats: True is not a whole number']),
+    (dict(steps=[2], repeats='3.5'), DRAFT, ["repeats: '3.5' is not a whole number"]),
+    (dict(steps=[2], seed=[7]), DRAFT, ['seed: [7] is not a whole number']),
 ]
 
 
@@ -140,6 +144,11 @@ DEFAULTS = [
     (dict(steps=[2], adaptive='no'), 'adaptive', False),
     (dict(steps=[2], seed='7'), 'seed', 7),
     (dict(steps=[2]), 'seed', None),
+    # What a module's type: int / type: bool option takes, the grid takes (ansible-core converts both).
+    (dict(steps=[2], repeats=' 5 '), 'repeats', 5),
+    (dict(steps=[2], apply='yes'), 'apply', True),
+    (dict(steps=[2], apply='on'), 'apply', True),
+    (dict(steps=[2], apply=''), 'apply', False),  # an unanswered survey field
 ]
 
 
