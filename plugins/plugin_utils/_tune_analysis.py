@@ -401,8 +401,9 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     behind it from RACING_FAR_MIN_RUNS runs; from RACING_MIN_RUNS, paired by host with the leader, the upper bound of
     its ratio to it under 1, or its interval wholly below the leader's), or, under an SLO, once its runs violate it;
     the leader stops once every other point is eliminated (the race is decided). Both are for good: a point eliminated
-    once (a racing skip recorded) is never measured again, and once the race is decided no point is, whatever runs
-    that were under way when it was add (the hosts run at once: a run asked for before the decision still lands).
+    once (a racing skip recorded) is never measured again, and once the race is decided no point is (the hosts run at
+    once: a run asked for before the decision still lands). A point that the decision stops before its own elimination
+    was recorded gets its own figures where they tell it below the leader, the decision otherwise.
     """
     done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
     budget = plan.get('max_trials')
@@ -411,10 +412,17 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     if not point.get('algorithm'):
         return None
     earlier = race_verdicts(trials)
-    if RACE_DECIDED in earlier:
-        return '%s (before trial %s)' % (earlier[RACE_DECIDED]['reason'], earlier[RACE_DECIDED]['trial'])
     if point['id'] in earlier:
         return '%s (before trial %s; an elimination is for good)' % (earlier[point['id']]['reason'], earlier[point['id']]['trial'])
+    decided = earlier.get(RACE_DECIDED)
+    why = None if decided is not None and decided['point'] == point['id'] else _race_verdict(plan, trials, point, earlier)
+    if why is None and decided is not None:
+        return '%s (before trial %s)' % (decided['reason'], decided['trial'])
+    return why
+
+
+def _race_verdict(plan: dict, trials: list[dict], point: dict, earlier: dict[str, dict]) -> str | None:
+    """racing_skip's judgement from the figures alone (``earlier``: race_verdicts)."""
     concurrency = plan['apply_concurrency']
     slo = plan.get('slo')
     rows = aggregate(plan, trials, levels=[concurrency])

@@ -527,8 +527,8 @@ def expand(grid: dict, draft_model_path: str | None = None) -> dict:
     max_trials = None if max_trials in (None, '') else _whole('max_trials', max_trials, problems)
     if search == 'racing' and repeats <= RACING_MIN_RUNS:
         problems.append(
-            'search: racing needs repeats above %d (a point is eliminated only after %d runs of it and of the leader), got repeats %d'
-            % (RACING_MIN_RUNS, RACING_MIN_RUNS, repeats)
+            'search: racing needs repeats above %d (a point within %d%% of the leader is eliminated only after %d runs of it and of the '
+            'leader), got repeats %d' % (RACING_MIN_RUNS, round(100 * RACING_FAR_MARGIN), RACING_MIN_RUNS, repeats)
         )
     if max_trials is not None and search != 'racing':
         problems.append('max_trials: %s is a budget of search: racing; the grid search measures every trial of its plan' % max_trials)

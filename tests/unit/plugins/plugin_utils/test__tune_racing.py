@@ -213,6 +213,20 @@ def test_an_elimination_is_for_good_and_so_is_the_decision():
     assert analysis.racing_skip(plan, trials, points['baseline@default']) is None
 
 
+@pytest.mark.parametrize('gain, own', [(0.65, True), (0.97, False)])
+def test_once_the_race_is_decided_a_point_stops_with_its_own_figures_where_they_tell_it_below(gain, own):
+    """The hosts run at once: the leader's trial may be the one that finds the race decided, before the point's own
+    elimination is recorded. The point's next trial then says what tells it below the leader, where anything does."""
+    plan, trials, points = far_case(3, gain)
+    decided = 'the race is decided at concurrency 1: EAGLE 2/1/3 is told apart from every other point'
+    trials.append(dict(trial='EAGLE-2-1-3@default#4', point='EAGLE-2-1-3@default', repeat=4, host='h4', status='skipped', reason=decided, gate='racing'))
+    why = analysis.racing_skip(plan, trials, points['EAGLE-10-1-11@default'])
+    if own:
+        assert why.startswith('eliminated by the race at concurrency 1 after 3 runs: far behind the leader EAGLE 2/1/3'), why
+    else:
+        assert why == decided + ' (before trial EAGLE-2-1-3@default#4)'
+
+
 def equal_points_world(plan: dict, rng: random.Random, gains: dict) -> list[dict]:
     """The baseline once on every host, then three runs of each point at ``gains`` (steps -> times 100 tok/s), each
     run on another host, 1% noise."""
