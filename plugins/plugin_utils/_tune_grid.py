@@ -77,11 +77,13 @@ RACING_MIN_RUNS = 4
 RACING_LEVEL = 0.95
 RACING_PAIRED_MIN_RUNS = 6
 # A point far behind the leader goes sooner: from three runs of it and of the leader, once a one-sided Student t test
-# on the logs of their runs (each over the baseline on its host, the noise pooled over every point's runs) tells it
-# more than RACING_FAR_MARGIN below the leader at RACING_FAR_LEVEL. Between two equal points that test is wrong by
-# more than the margin, five standard errors at 1% noise: in 10000 simulated comparisons of two equal points (4 hosts
-# 7% apart, 1% and 3% run-to-run noise, 4% of the runs 3% to 12% low) it never eliminated one, against the once in 70
-# of the intervals of four runs. Points within the margin of the leader keep the rules above.
+# on the logs of their runs (each over the baseline on its host, the noise pooled over every point's runs, never less
+# than the pair's own) tells it more than RACING_FAR_MARGIN below the leader at RACING_FAR_LEVEL. To eliminate one of
+# two equal points the test must be wrong by the whole margin, about five standard errors at 1% noise: in 10000
+# simulated comparisons of two equal points at three runs each, and in 2000 races judged after every run to twelve,
+# for each of three noise worlds (1%; 0.9% with 4% of the runs 3% to 12% low; 3%), it never did
+# (tests/bench/racing_false_elimination.py), where the rules of four runs and more do once in 45 to 70 comparisons.
+# Points within the margin of the leader keep those rules.
 RACING_FAR_MIN_RUNS = 3
 RACING_FAR_MARGIN = 0.05
 RACING_FAR_LEVEL = 0.001

@@ -184,9 +184,7 @@ def test_a_point_far_behind_the_leader_is_eliminated_after_three_runs(runs, gain
     if after is None:
         assert why is None
         return
-    assert why is not None and why.startswith(
-        'eliminated by the race at concurrency 1 after 3 runs: far behind the leader EAGLE 2/1/3, its tok/s -35'
-    ), why
+    assert why is not None and why.startswith('eliminated by the race at concurrency 1 after 3 runs: far behind the leader EAGLE 2/1/3, its tok/s -35'), why
     assert "told more than 5% below it (one-sided t test on the logs of its 3 runs and the leader's 3, each over the baseline on its host: t " in why
     assert why.endswith(', under 0.001)'), why
 
