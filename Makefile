@@ -121,6 +121,7 @@ bench-roll: bootstrap
 bench-tune: bootstrap
 	python tests/bench/tune_fleet_vs_one.py --hosts 4
 	python tests/bench/tune_grid_vs_racing.py --hosts 4 --repeats 12
+	python tests/bench/racing_false_elimination.py
 
 lock:
 	python3 -m venv .build/lock && .build/lock/bin/pip install -q -r tests/requirements.in && \

@@ -23,6 +23,9 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_load 
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils import _tune_stats as stats
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._plural import plural
 from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_grid import (
+    RACING_FAR_LEVEL,
+    RACING_FAR_MARGIN,
+    RACING_FAR_MIN_RUNS,
     RACING_LEVEL,
     RACING_MIN_RUNS,
     RACING_PAIRED_MIN_RUNS,
@@ -297,20 +300,73 @@ def paired_with_leader(plan: dict, trials: list[dict], row: dict, leader: dict) 
     return stats.paired_ratio(host_values(trials, row['id'], concurrency, figure), by_host, seed, level=RACING_LEVEL)
 
 
-def race_lost(plan: dict, trials: list[dict], row: dict, leader: dict) -> str | None:
-    """Why the race eliminates ``row`` against ``leader`` (None: it stays in), both from RACING_MIN_RUNS runs or more.
+def host_adjusted(plan: dict, trials: list[dict], point: dict, concurrency: int, figure: str) -> list[float]:
+    """Each measured run of ``point`` over its environment's reference (the baseline) measured on the same host, in
+    the reference's unit (times the median over the hosts of its per-host medians); a run on a host without the
+    reference is left out, as are all of them without one."""
+    reference = next((p['id'] for p in plan['points'] if not p['algorithm'] and p['environment'] == point['environment']), None)
+    by_host: dict[str, list[float]] = {}
+    for host, value in host_values(trials, reference, concurrency, figure) if reference else []:
+        by_host.setdefault(host, []).append(value)
+    divisors = dict((h, statistics.median(v)) for h, v in by_host.items() if statistics.median(v) > 0)
+    if not divisors:
+        return []
+    scale = statistics.median(divisors.values())
+    return [value / divisors[host] * scale for host, value in host_values(trials, point['id'], concurrency, figure) if host in divisors]
 
-    Either paired by host with the leader, from RACING_PAIRED_MIN_RUNS pairs on (the bootstrap of fewer ratios is
-    about their range, and would tell equal points apart too often): the upper bound of the point's ratio to it
-    (paired_with_leader) below 1; or the point's interval (host-adjusted where it pairs with the baseline) wholly
-    below the leader's lower bound.
+
+def far_behind(plan: dict, trials: list[dict], row: dict, leader: dict) -> dict:
+    """Whether ``row``'s point lies more than RACING_FAR_MARGIN below the leader (stats.told_below), on their
+    host-adjusted runs at the race's level (good output tok/s under an SLO), the noise pooled over every speculative
+    point's runs; an empty dict when either has fewer than RACING_FAR_MIN_RUNS such runs."""
+    figure = 'good_output_throughput' if plan.get('slo') else 'output_throughput'
+    concurrency = row['concurrency']
+    mine = host_adjusted(plan, trials, row['point'], concurrency, figure)
+    lead = host_adjusted(plan, trials, leader['point'], concurrency, figure)
+    if len(mine) < RACING_FAR_MIN_RUNS or len(lead) < RACING_FAR_MIN_RUNS:
+        return {}
+    others = [host_adjusted(plan, trials, p, concurrency, figure) for p in plan['points'] if p['algorithm'] and p['id'] not in (row['id'], leader['id'])]
+    return stats.told_below(mine, lead, RACING_FAR_MARGIN, others)
+
+
+def race_lost(plan: dict, trials: list[dict], row: dict, leader: dict) -> str | None:
+    """Why the race eliminates ``row`` against ``leader`` (None: it stays in).
+
+    From RACING_FAR_MIN_RUNS runs of both: far behind (far_behind: told more than RACING_FAR_MARGIN below the
+    leader, at RACING_FAR_LEVEL). From RACING_MIN_RUNS runs of both, the points within the margin too: paired by host
+    with the leader, from RACING_PAIRED_MIN_RUNS pairs on (the bootstrap of fewer ratios is about their range, and
+    would tell equal points apart too often), the upper bound of the point's ratio to it (paired_with_leader) below 1;
+    or the point's interval (host-adjusted where it pairs with the baseline) wholly below the leader's lower bound.
     """
-    if row['stats'].get('n', 0) < RACING_MIN_RUNS or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
+    runs, leader_runs = row['stats'].get('n', 0), leader['stats'].get('n', 0)
+    if min(runs, leader_runs) < RACING_FAR_MIN_RUNS:
         return None
-    head = 'eliminated by the race at concurrency %d after %d runs' % (row['concurrency'], row['stats']['n'])
+    head = 'eliminated by the race at concurrency %d after %d runs' % (row['concurrency'], runs)
+    unit = 'good tok/s' if plan.get('slo') else 'tok/s'
+    far = far_behind(plan, trials, row, leader)
+    if far and far['p'] < RACING_FAR_LEVEL:
+        return (
+            '%s: far behind the leader %s, its %s %+.1f%% against it, told more than %d%% below it (one-sided t test on the '
+            'logs of its %d runs and the leader\'s %d, each over the baseline on its host: t %.1f on %d degrees of freedom, '
+            'p %s, under %s)'
+            % (
+                head,
+                leader['label'],
+                unit,
+                100.0 * (far['ratio'] - 1.0),
+                round(100 * RACING_FAR_MARGIN),
+                far['n'],
+                far['leader_n'],
+                far['t'],
+                far['df'],
+                '%.1g' % far['p'] if far['p'] >= 1e-6 else '< 1e-6',
+                '%g' % RACING_FAR_LEVEL,
+            )
+        )
+    if min(runs, leader_runs) < RACING_MIN_RUNS:
+        return None
     ratio = paired_with_leader(plan, trials, row, leader)
     if ratio.get('n', 0) >= RACING_PAIRED_MIN_RUNS and ratio.get('ci_high') is not None and ratio['ci_high'] < 1.0:
-        unit = 'good tok/s' if plan.get('slo') else 'tok/s'
         return '%s: paired by host with the leader %s, its %s against it %s, wholly below it' % (head, leader['label'], unit, ratio_text(ratio))
     ours, lead = stats.compared(row), stats.compared(leader)
     if ours.get('ci_high') is not None and lead.get('ci_low') is not None and ours['ci_high'] < lead['ci_low']:
@@ -318,15 +374,36 @@ def race_lost(plan: dict, trials: list[dict], row: dict, leader: dict) -> str | 
     return None
 
 
+RACE_DECIDED = ''
+
+
+def race_verdicts(trials: list[dict]) -> dict[str, dict]:
+    """The race's first verdict recorded for each point it eliminated (point id -> that skipped trial's record), and
+    under RACE_DECIDED the first trial skipped because the race was decided."""
+    found: dict[str, dict] = {}
+    for trial in trials:
+        if trial.get('status') != 'skipped' or trial.get('gate') != 'racing':
+            continue
+        reason = str(trial.get('reason') or '')
+        if reason.startswith('eliminated by the race'):
+            found.setdefault(str(trial.get('point')), trial)
+        elif reason.startswith('the race is decided'):
+            found.setdefault(RACE_DECIDED, trial)
+    return found
+
+
 def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     """Why the race measures ``point`` no more (None: measure it), from what is recorded so far, at the concurrency
     apply uses.
 
     The budget (``max_trials``) spent stops every point. The baseline is the reference every host's trials are
-    paired with: it is always measured. Another point is eliminated once it is told below the leader (race_lost:
-    paired by host with the leader, the upper bound of its ratio to it under 1; or its interval wholly below the
-    leader's), both from RACING_MIN_RUNS runs or more, or, under an SLO, once its runs violate it; the leader stops once every other point is eliminated (the
-    race is decided).
+    paired with: it is always measured. Another point is eliminated once it is told below the leader (race_lost: far
+    behind it from RACING_FAR_MIN_RUNS runs; from RACING_MIN_RUNS, paired by host with the leader, the upper bound of
+    its ratio to it under 1, or its interval wholly below the leader's), or, under an SLO, once its runs violate it;
+    the leader stops once every other point is eliminated (the race is decided). Both are for good: a point eliminated
+    once (a racing skip recorded) is never measured again, and once the race is decided no point is (the hosts run at
+    once: a run asked for before the decision still lands). A point that the decision stops before its own elimination
+    was recorded gets its own figures where they tell it below the leader, the decision otherwise.
     """
     done = sum(1 for t in trials if t.get('status') in ('ok', 'failed'))
     budget = plan.get('max_trials')
@@ -334,6 +411,18 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
         return 'the race\'s budget of %s (max_trials) is spent' % plural(budget, 'trial')
     if not point.get('algorithm'):
         return None
+    earlier = race_verdicts(trials)
+    if point['id'] in earlier:
+        return '%s (before trial %s; an elimination is for good)' % (earlier[point['id']]['reason'], earlier[point['id']]['trial'])
+    decided = earlier.get(RACE_DECIDED)
+    why = None if decided is not None and decided['point'] == point['id'] else _race_verdict(plan, trials, point, earlier)
+    if why is None and decided is not None:
+        return '%s (before trial %s)' % (decided['reason'], decided['trial'])
+    return why
+
+
+def _race_verdict(plan: dict, trials: list[dict], point: dict, earlier: dict[str, dict]) -> str | None:
+    """racing_skip's judgement from the figures alone (``earlier``: race_verdicts)."""
     concurrency = plan['apply_concurrency']
     slo = plan.get('slo')
     rows = aggregate(plan, trials, levels=[concurrency])
@@ -344,11 +433,11 @@ def racing_skip(plan: dict, trials: list[dict], point: dict) -> str | None:
     leader = choice.get('winner')
     if leader is None or mine is None:
         return None
-    if stats.compared(leader).get('ci_low') is None or leader['stats'].get('n', 0) < RACING_MIN_RUNS:
+    if stats.compared(leader).get('ci_low') is None or leader['stats'].get('n', 0) < RACING_FAR_MIN_RUNS:
         return None
     contenders = [r for r in choice['ranked'] if r['id'] != leader['id']]
     if leader['id'] == point['id']:
-        if contenders and all(race_lost(plan, trials, r, leader) for r in contenders):
+        if contenders and all(r['id'] in earlier or race_lost(plan, trials, r, leader) for r in contenders):
             pending = [r['label'] for r in rows if r['id'] != leader['id'] and not r['stats']]
             if not pending:
                 return 'the race is decided at concurrency %d: %s is told apart from every other point' % (concurrency, leader['label'])

@@ -287,3 +287,63 @@ def predict(arithmetic: list[dict], baseline_tok_s: float, steps: int) -> dict |
     accept = chain_accept_length(last['p'], steps)
     cost = last['cycle_cost'] + step * (steps - last['steps'])
     return dict(steps=steps, p=last['p'], step_cost=step, accept_length=accept, cycle_cost=cost, tok_s=baseline_tok_s * accept / cost, from_steps=last['steps'])
+
+
+def t_upper_tail(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (standard library only).
+
+    With ``T = sqrt(df) tan(theta)`` the density is proportional to ``cos(theta)^(df - 1)`` on ``(-pi/2, pi/2)``, a
+    smooth integrand on a finite interval: Simpson's rule over 400 panels is exact to about 1e-9 here."""
+    if df <= 0:
+        raise ValueError('df must be positive')
+    if t < 0:
+        return 1.0 - t_upper_tail(-t, df)
+    top = math.atan(t / math.sqrt(df))
+    panels = 400
+    width = top / panels
+    total = 0.0
+    for index in range(panels + 1):
+        weight = 1 if index in (0, panels) else (4 if index % 2 else 2)
+        total += weight * math.cos(index * width) ** (df - 1)
+    scale = math.exp(math.lgamma((df + 1) / 2.0) - math.lgamma(df / 2.0)) / math.sqrt(math.pi)
+    return max(0.0, 0.5 - scale * total * width / 3.0)
+
+
+def _pooled_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The within-group variance pooled over ``groups`` (each about its own mean) and its degrees of freedom."""
+    squares, df = 0.0, 0
+    for values in groups:
+        if len(values) >= 2:
+            mean = statistics.fmean(values)
+            squares += sum((v - mean) ** 2 for v in values)
+            df += len(values) - 1
+    return (squares / df if df else 0.0), df
+
+
+def told_below(point: Sequence[float], leader: Sequence[float], margin: float = 0.0, others: Sequence[Sequence[float]] = ()) -> dict:
+    """A one-sided Student t test that ``point`` lies more than ``margin`` below ``leader``, on the logs of
+    host-adjusted figures (each run over its own host's reference, so that the ratio of the two geometric means is the
+    point's change against the leader): ``ratio`` (that ratio), ``t``, ``df`` and ``p``, the chance of a t this large
+    were the point exactly ``margin`` below the leader (less still were it closer). Empty when either has fewer than 2
+    positive values.
+
+    The noise of a run is the sweep's, not the point's: its variance is pooled over the two and ``others`` (every other
+    point's runs, each group about its own mean), where three runs alone estimate it poorly (two degrees of freedom).
+    The pair's own pooled variance is a floor: a point noisier than the rest (one disturbed run) is judged by its own
+    spread, on its own degrees of freedom, never on the steadiness of the others.
+    """
+    logs = [[math.log(v) for v in values if v > 0] for values in (point, leader)]
+    if any(len(values) < 2 for values in logs):
+        return {}
+    own, own_df = _pooled_variance(logs)
+    pooled, pooled_df = _pooled_variance(logs + [[math.log(v) for v in values if v > 0] for values in others])
+    variance, df = (pooled, pooled_df) if pooled >= own else (own, own_df)
+    change = statistics.fmean(logs[0]) - statistics.fmean(logs[1])
+    gap = math.log(1.0 - margin) - change
+    error = math.sqrt(variance * (1.0 / len(logs[0]) + 1.0 / len(logs[1])))
+    if error > 0:
+        t = gap / error
+    else:
+        t = math.inf if gap > 0 else -math.inf if gap < 0 else 0.0
+    p = 0.0 if t == math.inf else 1.0 if t == -math.inf else t_upper_tail(t, df)
+    return dict(ratio=math.exp(change), t=t, df=df, p=p, margin=margin, n=len(logs[0]), leader_n=len(logs[1]))

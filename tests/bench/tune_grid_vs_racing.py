@@ -5,7 +5,7 @@
 The same grid (EAGLE chains of 1, 2, 3, 5, 8 and 10 steps and the baseline, seed 1) runs through playbooks/tune.yml
 twice on the same simulated world (N fresh hosts each time, the same speed model, noise and host spread): once with
 `search: grid`, every planned trial measured, and once with `search: racing`, where a point stops being measured once
-it is told below the leader (paired by host with it, or by intervals). The world is the integration tests'
+it is told below the leader (far behind it from three runs, else paired by host with it or by intervals). The world is the integration tests'
 (tests/integration/tune_fleet.py: the draft accepts more, decay 0.75, so that 3 steps lead by about 15%; 1% run-to-run
 noise, hosts 2% apart): the two sweeps are separate measurements, and where the best points lie within the noise of
 each other (the simulator's default world, 1 and 2 steps 1% apart and 3% over the baseline) two sweeps of any kind can
@@ -13,8 +13,8 @@ end on different winners.
 
 It prints the trials planned and measured, the wall time and the winner of each, and the share of the grid's trials
 the race used, against issue 17's target (the same winner with at most 50% of the grid's trials). docs/tuning.md
-(Racing) has what it printed: at 12 repeats 2 and 3 steps lie within the noise of each other, and the race measures
-both in full.
+(Racing) has what it printed, and where the race's trials go: the baseline's four, three of each point far behind the
+leader, and the runs of the two best until they are told apart (all their repeats where they never are: 48%).
 """
 
 from __future__ import annotations

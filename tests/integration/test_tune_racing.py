@@ -1,7 +1,8 @@
 """playbooks/tune.yml with search: racing on one simulated host, where the trials run one after the other (so what
-the race has seen before each trial is fixed, whatever the machine's load): 3 and 10 steps, 5 repeats. After four
-runs each, 10 steps (about 35% below 3 steps) is eliminated and its fifth trial is recorded as not run, with the
-figures that decided it; 3 steps wins, as the full grid would have it; the report lists what the race did not run."""
+the race has seen before each trial is fixed, whatever the machine's load): 3 and 10 steps, 5 repeats. After three
+runs each, 10 steps (about 35% below 3 steps) is eliminated as far behind the leader, and its fourth and fifth trials
+are recorded as not run, with the figures that decided it; 3 steps wins, as the full grid would have it; the report
+lists what the race did not run."""
 
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ def test_a_race_stops_measuring_a_point_that_cannot_win(make_host, tmp_path):
         assert [t['point'] for t in trials[:4]] == ['baseline@default'] * 4, trials[:4]
         assert sum(1 for t in trials if t['point'] == 'baseline@default' and t['status'] == 'ok') == 4
         far = [t for t in trials if t['point'] == 'EAGLE-10-1-11@default']
-        assert [t['status'] for t in far] == ['ok', 'ok', 'ok', 'ok', 'skipped'], far
-        assert far[4]['gate'] == 'racing' and far[4]['reason'].startswith('eliminated by the race at concurrency 1 after 4 runs'), far[4]
-        assert 'the leader EAGLE 3/1/4' in far[4]['reason']
+        assert [t['status'] for t in far] == ['ok', 'ok', 'ok', 'skipped', 'skipped'], far
+        assert far[3]['gate'] == 'racing' and far[3]['reason'].startswith('eliminated by the race at concurrency 1 after 3 runs: far behind'), far[3]
+        assert 'the leader EAGLE 3/1/4' in far[3]['reason'] and 'told more than 5% below it' in far[3]['reason']
+        assert far[4]['reason'].endswith('(before trial EAGLE-10-1-11@default#4; an elimination is for good)'), far[4]
         assert winner_of(found['rows'], 1) == 'EAGLE-3-1-4@default'
-        assert '## Not measured (racing)' in found['report'] and '- EAGLE-10-1-11@default (1 trial not run): eliminated by the race' in found['report']
+        assert '## Not measured (racing)' in found['report'] and '- EAGLE-10-1-11@default (2 trials not run): eliminated by the race' in found['report']
         assert any(line.startswith('skipped EAGLE 10/1/11') for line in out.stdout.splitlines()), out.stdout[-3000:]
         assert set(running(fleet).values()) == {BEFORE}
     finally:
