@@ -67,7 +67,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._convert import whole
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import INSTANCE_OPTIONS
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_options import INSTANCE_OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')

@@ -22,7 +22,8 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import Lau
 from ansible_collections.gpufleet.sglang.plugins.module_utils._files import now, remove, write_private
 from ansible_collections.gpufleet.sglang.plugins.module_utils._http import base_url, http_request, probe_host
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import speculative_of
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import READY_PATHS, SECRET_PARAMS, InstanceSpec, asked_speculative, config_text
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_options import READY_PATHS
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import SECRET_PARAMS, InstanceSpec, asked_speculative, config_text
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import WaitTimeout, wait_clean
 from ansible_collections.gpufleet.sglang.plugins.module_utils._secrets import secret_config
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import LOG_KEEP, LOG_MAX_BYTES, copy_truncate, excerpt, read_since, rotate, size

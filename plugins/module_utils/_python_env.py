@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 # A fixed PATH: the server must not depend on the environment Ansible happened to run in, and the
 # process supervisor must start it exactly as the systemd unit would.
@@ -28,21 +29,50 @@ def python_binary(python: str) -> str:
     return os.path.join(python, 'bin', 'python') if os.path.isdir(python) else python
 
 
+# Prints the version of the SGLang the interpreter imports (its distribution's, else the package's own).
+_VERSION_CODE = (
+    'import importlib.metadata as m\n'
+    'try:\n    print(m.version("sglang"))\n'
+    'except m.PackageNotFoundError:\n'
+    '    from sglang.version import __version__\n    print(__version__)\n'
+)
+
+# Seconds a probe may take, from its start.
+PROBE_TIMEOUT = 120.0
+
+
+class SGLangProbe:
+    """The probe of the SGLang that ``python`` imports, started at once and read with ``result()``: the interpreter's
+    start (most of a probe's time) overlaps with whatever the caller checks meanwhile."""
+
+    def __init__(self, python: str, environment: dict) -> None:
+        env = dict(PATH=SERVER_PATH, LANG='C.UTF-8')
+        env.update((k, str(v)) for k, v in environment.items() if v is not None)
+        self.cmd = [python, '-c', _VERSION_CODE]
+        self.deadline = time.monotonic() + PROBE_TIMEOUT
+        self.proc: subprocess.Popen | None = None
+        self.error: str | None = None
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        except OSError as exc:
+            self.error = str(exc)
+
+    def result(self) -> tuple[str | None, str | None]:
+        """(version, None), or (None, why not); waits for the probe (until PROBE_TIMEOUT after its start)."""
+        if self.proc is None:
+            return None, self.error
+        try:
+            out, err = self.proc.communicate(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return None, str(subprocess.TimeoutExpired(self.cmd, PROBE_TIMEOUT))
+        if self.proc.returncode != 0:
+            lines = (err or out).strip().splitlines()
+            return None, lines[-1] if lines else 'exit code %d' % self.proc.returncode
+        return out.strip(), None
+
+
 def installed_sglang(python: str, environment: dict) -> tuple[str | None, str | None]:
     """(version, None) of the SGLang that ``python`` imports, or (None, why not)."""
-    code = (
-        'import importlib.metadata as m\n'
-        'try:\n    print(m.version("sglang"))\n'
-        'except m.PackageNotFoundError:\n'
-        '    from sglang.version import __version__\n    print(__version__)\n'
-    )
-    env = dict(PATH=SERVER_PATH, LANG='C.UTF-8')
-    env.update((k, str(v)) for k, v in environment.items() if v is not None)
-    try:
-        proc = subprocess.run([python, '-c', code], capture_output=True, text=True, env=env, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, str(exc)
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        return None, lines[-1] if lines else 'exit code %d' % proc.returncode
-    return proc.stdout.strip(), None
+    return SGLangProbe(python, environment).result()

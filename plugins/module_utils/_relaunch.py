@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec imp
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._ports import port_holders
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
-from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import installed_sglang
+from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SGLangProbe
 from ansible_collections.gpufleet.sglang.plugins.module_utils._server_log import needs_rotation
 
 # A run of the relaunch playbook, as sglang_launch's run and undo options name it.
@@ -110,7 +110,21 @@ class Relaunch:
         if self.state == 'stopped':
             return
         self.apply_undo()
-        self.check_sglang_versions()
+        # The version probes start the servers' interpreters; the other checks run meanwhile. A wrong version is
+        # still the error reported first, as when it was checked before them.
+        probes = self.start_version_probes()
+        try:
+            self.validate_host()
+        except SpecError:
+            self.check_sglang_versions(probes)
+            raise
+        self.check_sglang_versions(probes)
+        for spec in self.specs:
+            for warning in spec.warnings:
+                self.warn(warning)
+
+    def validate_host(self) -> None:
+        """The instances against this host: GPUs, what holds them, ports, units."""
         try:
             with Nvml() as nvml:
                 for spec in self.specs:
@@ -127,8 +141,6 @@ class Relaunch:
             why = foreign(self.state_dir) if foreign else None
             if why:
                 raise spec.error('name: %s' % why)
-            for warning in spec.warnings:
-                self.warn(warning)
 
     def validate_trial(self) -> None:
         trial = self.trial
@@ -195,17 +207,28 @@ class Relaunch:
     def new_supervisor(self, spec: InstanceSpec):
         return spec.instance.supervisor(None, spec.params['supervisor'])
 
-    def check_sglang_versions(self) -> None:
+    @staticmethod
+    def probe_key(spec: InstanceSpec) -> tuple:
+        return (spec.python, spec.params['environment'].get('PYTHONPATH'))
+
+    def start_version_probes(self) -> dict:
+        """One probe of the installed SGLang per interpreter, when a version is required; read by check_sglang_versions."""
+        probes: dict = {}
+        if self.params['sglang_version']:
+            for spec in self.specs:
+                key = self.probe_key(spec)
+                if key not in probes:
+                    probes[key] = SGLangProbe(spec.python, spec.params['environment'])
+        return probes
+
+    def check_sglang_versions(self, probes: dict) -> None:
         """The SGLang each interpreter has installed, when a version is required (one probe per interpreter)."""
         wanted = self.params['sglang_version']
         if not wanted:
             return
-        seen: dict = {}
+        seen = dict((key, probe.result()) for key, probe in probes.items())
         for spec in self.specs:
-            key = (spec.python, spec.params['environment'].get('PYTHONPATH'))
-            if key not in seen:
-                seen[key] = installed_sglang(spec.python, spec.params['environment'])
-            found, error = seen[key]
+            found, error = seen[self.probe_key(spec)]
             if found != wanted:
                 raise spec.error(
                     'python: %s has %s; the collection is written for SGLang %s: install it with '

@@ -657,7 +657,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import DEFAULT_STATE_DIR, SMOKE_PROMPT
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import INSTANCE_OPTIONS
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_options import INSTANCE_OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NvmlError, fail_without_pynvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 

@@ -480,3 +480,53 @@ def test_a_trial_records_no_origin(fake_host, monkeypatch):
 )
 def test_ready_pause_polls_sooner_first_and_around_the_previous_time_to_ready(interval, polls, elapsed, expected, pause):
     assert instance_run.ready_pause(interval, polls, elapsed, expected) == pytest.approx(pause)
+
+
+class FakeProbe:
+    """SGLangProbe as data: records when it was started and read, and answers ``found``."""
+
+    def __init__(self, events: list, found: tuple) -> None:
+        self.events, self.found = events, found
+
+    def __call__(self, python: str, environment: dict) -> FakeProbe:
+        self.events.append('probe started')
+        return self
+
+    def result(self) -> tuple:
+        self.events.append('probe read')
+        return self.found
+
+
+@pytest.mark.parametrize('version', ['0.5.23', '0.4.0'])
+def test_the_version_probe_runs_while_the_host_is_validated_and_a_wrong_version_is_named_first(fake_host, monkeypatch, version):
+    """The probe starts before the GPUs and ports are checked and is read after them; a wrong version is still the error
+    reported, even when a port is taken too (as when the version was checked first)."""
+    events: list = []
+    monkeypatch.setattr(relaunch, 'SGLangProbe', FakeProbe(events, (version, None)))
+    checked = relaunch.Relaunch.check_ports
+    monkeypatch.setattr(relaunch.Relaunch, 'check_ports', lambda self: events.append('ports checked') or checked(self))
+    fake_host.ports = {PORT: (True, [4242])}
+    with pytest.raises(SpecError) as info:
+        fake_host.relaunch([instance()], check_mode=True, sglang_version='0.5.23').run()
+    assert events == ['probe started', 'ports checked', 'probe read'], events
+    if version == '0.5.23':
+        assert 'port: 31000 is already in use' in str(info.value), str(info.value)
+    else:
+        assert re.search(r'^instance llama: python: .* has SGLang 0\.4\.0; the collection is written for SGLang 0\.5\.23', str(info.value)), str(info.value)
+    assert not os.path.exists(fake_host.state_dir)
+
+
+def test_a_probe_reads_the_version_an_interpreter_imports_and_says_why_not(tmp_path):
+    """SGLangProbe against real interpreters: this one (no SGLang here: the reason is its last error line) and one whose
+    sglang package says its version."""
+    from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SGLangProbe
+
+    found, why = SGLangProbe(sys.executable, {}).result()
+    assert found is None and why and 'sglang' in why, why
+    package = tmp_path / 'sglang'
+    package.mkdir()
+    (package / '__init__.py').write_text('')
+    (package / 'version.py').write_text("__version__ = '0.5.23'\n")
+    assert SGLangProbe(sys.executable, dict(PYTHONPATH=str(tmp_path))).result() == ('0.5.23', None)
+    found, why = SGLangProbe(str(tmp_path / 'no-such-python'), {}).result()
+    assert found is None and 'no-such-python' in why, why
