@@ -226,6 +226,11 @@ class Relaunch:
                     )
                 if spec.params['port'] == other.params['port']:
                     raise spec.error('port: %s is also the port of instance %s' % (spec.params['port'], other.name))
+            for other in self.specs:
+                # Rank 0 listens at its dist-init port (the rendezvous): no server of this host may listen there too.
+                port = spec.dist_init_port if spec.node_rank == 0 else None
+                if port is not None and other is not spec and port in (other.params['port'], other.dist_init_port if other.node_rank == 0 else None):
+                    raise spec.error('dist_init_addr: port %d (rank 0 of nodes %s) is also a port of instance %s' % (port, spec.nodes, other.name))
 
     def owner(self, pid: int) -> str | None:
         """The name of the instance (of this call) whose server ``pid`` belongs to."""
@@ -252,21 +257,27 @@ class Relaunch:
 
     def check_ports(self) -> None:
         for spec in self.specs:
-            port = spec.params['port']
-            listening, pids = port_holders(port)
-            if not listening:
-                continue
-            if not pids:
-                raise spec.error(
-                    'port: %d is already in use by a process not visible on this host (another network namespace or container?); choose another port' % port
-                )
-            foreign = [pid for pid in pids if not self.owner(pid)]
-            if foreign:
-                info = [read_process(pid) for pid in foreign]
-                raise spec.error(
-                    'port: %d is already in use by %s; stop it or choose another port'
-                    % (port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process')
-                )
+            self.check_port(spec, spec.params['port'], 'port: %d', None)
+            if spec.unit and spec.node_rank == 0 and spec.dist_init_port is not None:
+                # Rank 0 hosts the rendezvous there: free, or held by this very unit's rank-0 server (stopped first).
+                self.check_port(spec, spec.dist_init_port, 'dist_init_addr: port %%d, where rank 0 of nodes %s hosts the rendezvous,' % spec.nodes, spec.name)
+
+    def check_port(self, spec: InstanceSpec, port: int, what: str, owner: str | None) -> None:
+        """``port`` free, or held by a server of this call (``owner``: by that instance's)."""
+        listening, pids = port_holders(port)
+        if not listening:
+            return
+        if not pids:
+            raise spec.error(
+                '%s is already in use by a process not visible on this host (another network namespace or container?); choose another port' % (what % port)
+            )
+        foreign = [pid for pid in pids if not self.owner(pid) or (owner is not None and self.owner(pid) != owner)]
+        if foreign:
+            info = [read_process(pid) for pid in foreign]
+            raise spec.error(
+                '%s is already in use by %s; stop it or choose another port'
+                % (what % port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process')
+            )
 
     # ------------------------------------------------------------ deciding
 
@@ -315,6 +326,13 @@ class Relaunch:
         self.validate()
         self.seconds_validate = round(time.monotonic() - started, 3)
         lock = HostLock(self.state_dir)
+        units = [spec for spec in self.specs if spec.unit]
+        if units and not self.check_mode and self.state != 'stopped':
+            # Validated and planned (check mode), but not run host by host: see docs/inventory.md.
+            raise units[0].error(
+                'nodes: %s: a server over several hosts is stopped, started and verified as one unit, which this release '
+                'does not do yet; nothing was touched' % units[0].nodes
+            )
         if self.check_mode:
             if os.path.isdir(self.state_dir):
                 lock.probe()

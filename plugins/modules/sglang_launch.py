@@ -177,8 +177,9 @@ options:
             this module sets through its own options (and C(--config)) are refused with the option to use. So are
             the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)), which have options of their
             own that keep them off the command line.
-          - C(--nnodes) above 1 and C(--node-rank) above 0 are refused too. A server over several hosts is one unit
-            that must be stopped, started and verified together, which this module does not do yet.
+          - C(--nnodes) above 1 and C(--node-rank) above 0 are refused too, and for a server over several hosts
+            (O(instances[].nodes)) C(--nnodes), C(--node-rank) and C(--dist-init-addr) at all, since the module sets them
+            from O(instances[].nodes), O(instances[].node_rank) and O(instances[].dist_init_addr).
         type: dict
         default: {}
       environment:
@@ -250,6 +251,34 @@ options:
             C(*API_KEY*), C(*CREDENTIAL*), C(*PRIVATE_KEY*)) and sends them here.
         type: dict
         default: {}
+      nodes:
+        description:
+          - One server over several hosts (a unit) - the names of its hosts in rank order, rank 0 first (the only
+            real server - HTTP, tokenizer, detokenizer; a node of rank >= 1 runs its share of the schedulers and a
+            dummy C(/health) that answers 200 whatever its state). Two or more names make the instance one node of
+            such a server; empty, or one name, is a server on this host alone.
+          - The module gives SGLang C(--tp-size) (the total, O(instances[].tp_size)), C(--nnodes), C(--node-rank) and
+            C(--dist-init-addr). O(instances[].gpus) are this node's own GPUs, C(tp_size / len(nodes)) of them.
+          - No name may come twice. That every node agrees (the same model, speculative parameters, C(tp_size), SGLang
+            version, dist-init address) is checked on the controller by the C(gpufleet.sglang.sglang_server) role.
+          - Check mode plans such an instance like any other. Without check mode the module refuses it before
+            anything is touched - its nodes are stopped, started and verified as one unit, across hosts, which
+            takes more than one host's call.
+        type: list
+        elements: str
+        default: []
+      node_rank:
+        description:
+          - This host's rank among O(instances[].nodes) (C(--node-rank)); required with them. The role gives each
+            node its place in the list.
+        type: int
+      dist_init_addr:
+        description:
+          - C(--dist-init-addr), C(HOST:PORT) (or C([v6]:PORT)) where rank 0 hosts the rendezvous of the unit, the
+            same on every node; required with O(instances[].nodes).
+          - On rank 0 its port must be free, or held by this instance's own server (stopped first), and differ from
+            the ports of the host's servers.
+        type: str
       enable_metrics:
         description: C(--enable-metrics), the Prometheus C(/metrics) endpoint.
         type: bool

@@ -36,6 +36,13 @@ def instance(**overrides) -> dict:
     return params
 
 
+def unit(**overrides) -> dict:
+    """Rank 0 of a TP-4 server over two hosts, on GPUs 0 and 1 of this one."""
+    params = dict(nodes=['node-c', 'node-d'], node_rank=0, dist_init_addr='10.0.0.3:5000', gpus=['0', '1'], tp_size=4)
+    params.update(overrides)
+    return instance(**params)
+
+
 def host_params(state_dir: str, instances: list, **overrides) -> dict:
     params = dict(
         state='started',
@@ -106,6 +113,73 @@ BAD = {
     'extra_args nnodes': ([instance(extra_args={'nnodes': 2})], {}, {}, {}, r"extra_args.nnodes: 2 makes this server one node of several.*only --nnodes 1"),
     'extra_args node-rank': ([instance(extra_args={'--node-rank': '1'})], {}, {}, {}, r"extra_args.--node-rank: '1' makes this server one node of several"),
     'extra_args nnodes abbreviated': ([instance(extra_args={'nnod': 4})], {}, {}, {}, r'extra_args.nnod: 4 makes this server one node of several'),
+    # One server over several hosts (nodes): its shape, refused before anything
+    'unit without rank': (
+        [unit(node_rank=None)],
+        {},
+        {},
+        {},
+        r"^instance llama: node_rank: is required for one node of a server over several hosts \(nodes \['node-c', 'node-d'\]\)",
+    ),
+    'unit rank outside': ([unit(node_rank=2)], {}, {}, {}, r"node_rank: 2 is not a rank of nodes \['node-c', 'node-d'\] \(0 to 1\)"),
+    'unit node twice': ([unit(nodes=['node-c', 'node-c'])], {}, {}, {}, r"nodes: \['node-c', 'node-c'\] names node-c twice"),
+    'unit without address': ([unit(dist_init_addr=None)], {}, {}, {}, r'dist_init_addr: is required for one node of a server over several hosts'),
+    'unit address without port': ([unit(dist_init_addr='node-c')], {}, {}, {}, r"dist_init_addr: 'node-c' is not HOST:PORT"),
+    'unit address port 0': ([unit(dist_init_addr='10.0.0.3:0')], {}, {}, {}, r"dist_init_addr: '10.0.0.3:0' is not HOST:PORT"),
+    'unit address user part': ([unit(dist_init_addr='a@b:5000')], {}, {}, {}, r"dist_init_addr: 'a@b:5000' is not HOST:PORT"),
+    'unit address is the server port': ([unit(dist_init_addr='10.0.0.3:%d' % PORT)], {}, {}, {}, r"dist_init_addr: port %d is also the server's port" % PORT),
+    'unit tp not divisible': ([unit(tp_size=3)], {}, {}, {}, r"tp_size: 3 is not divisible by the 2 nodes of nodes \['node-c', 'node-d'\]"),
+    'unit gpus against tp': (
+        [unit(tp_size=2)],
+        {},
+        {},
+        {},
+        r"gpus: \['0', '1'\] gives this node 2 GPU\(s\); tp_size 2 over the 2 nodes .* needs 1 on each node",
+    ),
+    'unit tp too large': ([unit(gpus=[], tp_size=16)], {}, {}, {}, r'tp_size: 16 over 2 nodes needs 8 GPU\(s\) on each node, more than the 4 of this host'),
+    'unit extra_args nnodes': (
+        [unit(extra_args={'nnodes': 2})],
+        {},
+        {},
+        {},
+        r'extra_args.nnodes: --nnodes is set by the module for a server over several hosts',
+    ),
+    'unit extra_args dist-init-addr': (
+        [unit(extra_args={'dist-init-addr': 'x:1'})],
+        {},
+        {},
+        {},
+        r'extra_args.dist-init-addr: --dist-init-addr is set by the module',
+    ),
+    'unit extra_args alias': (
+        [unit(node_rank=1, extra_args={'nccl-init-addr': 'x:1'})],
+        {},
+        {},
+        {},
+        r'extra_args.nccl-init-addr: --dist-init-addr is set by the module',
+    ),
+    'rank without a unit': ([instance(node_rank=1)], {}, {}, {}, r"node_rank: 1 is given, but nodes \[\] names fewer than two hosts"),
+    'address without a unit': (
+        [instance(nodes=['node-c'], dist_init_addr='node-c:5000')],
+        {},
+        {},
+        {},
+        r"dist_init_addr: 'node-c:5000' is given, but nodes \['node-c'\]",
+    ),
+    'unit rendezvous port held': (
+        [unit()],
+        {},
+        {},
+        {5000: (True, [4244])},
+        r'dist_init_addr: port 5000, where rank 0 of nodes .* hosts the rendezvous, is already in use by another process',
+    ),
+    'unit rendezvous port of another instance': (
+        [unit(), instance(name='qwen', gpus=['2'], port=5000)],
+        {},
+        {},
+        {},
+        r'^instance llama: dist_init_addr: port 5000 \(rank 0 of nodes .*\) is also a port of instance qwen',
+    ),
     'speculative algorithm': ([instance(speculative=dict(algorithm='BOGUS'))], {}, {}, {}, r"speculative.algorithm: 'BOGUS' is not"),
     'smoke_max_tokens': ([instance(smoke_max_tokens=-1)], {}, {}, {}, r'smoke_max_tokens: -1 is out of range'),
     'smoke_min_tok_s': ([instance(smoke_min_tok_s=-1.0)], {}, {}, {}, r'smoke_min_tok_s: -1.0 is out of range'),
@@ -170,6 +244,35 @@ def test_the_default_instance_is_valid(fake_host):
     """The case every row of BAD changes one thing of: it must pass, or BAD proves nothing."""
     plan = fake_host.relaunch([instance()], check_mode=True).run()
     assert plan['instances'][0]['result'] == 'would start' and plan['changed'] is True
+    assert not os.path.exists(fake_host.state_dir)
+
+
+@pytest.mark.parametrize('rank', [0, 1])
+def test_one_node_of_a_unit_is_planned_with_the_flags_the_module_emits(fake_host, rank):
+    """The total tp, this node's GPUs, its rank and rank 0's address: on the command line and in the configuration."""
+    plan = fake_host.relaunch([unit(node_rank=rank, tp_size=None)], check_mode=True).run()
+    row = plan['instances'][0]
+    assert row['result'] == 'would start'
+    argv = row['argv']
+    assert argv[argv.index('--tp-size') + 1] == '4'
+    assert argv[argv.index('--nnodes') :][:6] == ['--nnodes', '2', '--node-rank', str(rank), '--dist-init-addr', '10.0.0.3:5000']
+    assert row['config']['gpus'] == [0, 1] and row['config']['tp_size'] == 4
+    assert (row['config']['nodes'], row['config']['node_rank'], row['config']['dist_init_addr']) == (['node-c', 'node-d'], rank, '10.0.0.3:5000')
+
+
+def test_a_single_host_instance_keeps_its_configuration_and_digest(fake_host):
+    """No unit keys in a single host's configuration: what it runs hashes as before, so an upgrade relaunches nothing."""
+    spec = fake_host.relaunch([instance(nodes=['node-c'])], check_mode=True)
+    spec.validate()
+    assert not {'nodes', 'node_rank', 'dist_init_addr'} & set(spec.specs[0].desired)
+    assert '--nnodes' not in spec.specs[0].argv
+
+
+def test_a_unit_is_refused_without_check_mode_before_anything(fake_host):
+    with pytest.raises(
+        SpecError, match=r"^instance llama: nodes: \['node-c', 'node-d'\]: a server over several hosts is stopped, started and verified as one unit"
+    ):
+        fake_host.relaunch([unit()]).run()
     assert not os.path.exists(fake_host.state_dir)
 
 
