@@ -105,6 +105,10 @@ class LockedNvml:
         with self.lock:
             return self.nvml.select(selectors, field)
 
+    def compute_processes(self, index: int) -> list[dict]:
+        with self.lock:
+            return self.nvml.compute_processes(index)
+
     def device_count(self) -> int:
         with self.lock:
             return self.nvml.device_count()

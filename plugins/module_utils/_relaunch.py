@@ -301,9 +301,28 @@ class Relaunch:
             return 'relaunch'
         if state.get('config_hash') != spec.desired_hash():
             return 'relaunch'
-        if spec.instance.health(state) != 200:
+        if not self.serving(spec, state, supervisor):
             return 'relaunch'
         return 'unchanged'
+
+    def serving(self, spec: InstanceSpec, state: dict, supervisor) -> bool:
+        """Whether a running server serves: its /health, but for a node of rank >= 1 of a server over several hosts.
+
+        Such a node answers /health with 200 whatever its schedulers do (SGLang's dummy health server), also when its
+        peer died and it hangs (SGLang #3099): it is judged by what it holds instead, every GPU of its configuration
+        held by a process of its own tree (NVML)."""
+        if not (spec.unit and spec.node_rank > 0):
+            return spec.instance.health(state) == 200
+        gpus = (state.get('config') or {}).get('gpus') or []
+        if not gpus:
+            return False
+        if self.nvml is not None:
+            return all(any(supervisor.owns(p['pid'], state) for p in self.nvml.compute_processes(i)) for i in gpus)
+        try:
+            with Nvml() as nvml:
+                return all(any(supervisor.owns(p['pid'], state) for p in nvml.compute_processes(i)) for i in gpus)
+        except NvmlError:
+            return False
 
     def interrupted(self, spec: InstanceSpec) -> str | None:
         """What an interrupted earlier run left (its marker in the state: we hold the lock, so it is dead)."""

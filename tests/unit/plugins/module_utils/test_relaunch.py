@@ -374,6 +374,44 @@ def test_decide_and_the_check_mode_plan(fake_host, monkeypatch, mode, stored, ru
     assert supervisor.calls == []
 
 
+class OwningSupervisor(FakeSupervisor):
+    """A running server whose tree is pid 4321 (and only it)."""
+
+    def owns(self, pid, state):
+        return pid == 4321
+
+
+@pytest.mark.parametrize(
+    'held, action',
+    [
+        ({0: [(4321, 9000)], 1: [(4321, 9000)]}, 'unchanged'),
+        # a rank that lost a GPU's scheduler, or holds nothing at all: its dummy /health still answers 200
+        ({0: [(4321, 9000)]}, 'relaunch'),
+        ({}, 'relaunch'),
+    ],
+    ids=['its GPUs held by its tree', 'one GPU empty', 'nothing held'],
+)
+def test_a_node_of_rank_1_is_judged_by_what_its_tree_holds_never_by_its_dummy_health(fake_host, monkeypatch, held, action):
+    supervisor = OwningSupervisor(running=True)
+    monkeypatch.setattr(_instance.Instance, 'supervisor', lambda self, state, kind='auto': supervisor)
+    monkeypatch.setattr(_instance.Instance, 'health', lambda self, state, timeout=5.0: 200)
+    follower = unit(node_rank=1)
+    probe = fake_host.relaunch([follower], check_mode=True)
+    probe.validate()
+    state = dict(name='llama', supervisor='process', running=True, pid=4321, config=probe.specs[0].desired, config_hash=probe.specs[0].desired_hash())
+    os.makedirs(fake_host.state_dir, mode=0o700)
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), 'w', encoding='utf-8') as handle:
+        json.dump(state, handle)
+    fake_host.held = held
+    plan = fake_host.relaunch([follower], check_mode=True).run()
+    assert plan['instances'][0]['action'] == action
+    # Rank 0 is the real server: its /health decides.
+    fake_host.held = {}
+    leader = fake_host.relaunch([unit(node_rank=0)], check_mode=True)
+    leader.validate()
+    assert leader.serving(leader.specs[0], state, supervisor) is True
+
+
 def test_an_unchanged_instance_is_left_alone_by_a_real_run(fake_host, monkeypatch):
     """The no-change fast path: the lock is taken, nothing is stopped or started, changed is false."""
     supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
