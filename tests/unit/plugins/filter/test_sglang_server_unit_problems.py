@@ -10,7 +10,7 @@ from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_instances 
 from ansible_collections.gpufleet.sglang.plugins.filter.sglang_server_unit_problems import sglang_server_unit_problems
 
 SECRET = 'sk-never-shown-5678'
-UNIT = dict(
+UNIT: dict = dict(
     name='deepseek',
     model_path='/models/DeepSeek-V3',
     port=30000,
@@ -26,7 +26,9 @@ PLAY = ['node-c', 'node-d', 'node-e']
 
 
 def resolved(host: str, version: str = '0.5.23', **overrides) -> list:
-    return sglang_server_instances(dict(UNIT, **overrides), [], host=host, addresses=ADDRESSES, version=version)
+    found = sglang_server_instances(dict(UNIT, **overrides), [], host=host, addresses=ADDRESSES, version=version)
+    assert isinstance(found, list)
+    return found
 
 
 def problems(peer: list | None, play=PLAY, reachable=PLAY) -> list:
