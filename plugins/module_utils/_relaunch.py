@@ -347,10 +347,10 @@ class Relaunch:
         lock = HostLock(self.state_dir)
         units = [spec for spec in self.specs if spec.unit]
         if units and not self.check_mode and self.state != 'stopped':
-            # Validated and planned (check mode), but not run host by host: see docs/inventory.md.
+            # Never run host by host: its nodes go through the phases of unit_phase together (_unit_phase.py).
             raise units[0].error(
-                'nodes: %s: a server over several hosts is stopped, started and verified as one unit, which this release '
-                'does not do yet; nothing was touched' % units[0].nodes
+                'nodes: %s: a server over several hosts is stopped, started and verified as one unit, through unit_phase on '
+                'every node (the sglang_server role does it); nothing was touched' % units[0].nodes
             )
         if self.check_mode:
             if os.path.isdir(self.state_dir):

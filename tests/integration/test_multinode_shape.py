@@ -124,12 +124,3 @@ def test_the_rendezvous_port_taken_on_rank_0_is_refused(fleet):
     said = "instance ds: dist_init_addr: port %d, where rank 0 of nodes ['node-c', 'node-d'] hosts the rendezvous, is already in use by pid" % port
     assert said in out.stdout, out.stdout[-4000:]
     assert not any(pids(fleet).values())
-
-
-def test_without_check_mode_a_unit_is_not_run_host_by_host(fleet):
-    """Until the unit relaunch lands, the module plans a unit but runs none: nothing of it starts, on any node."""
-    out = run(fleet['inventory'], 'relaunch.yml')
-    assert out.returncode != 0
-    assert 'a server over several hosts is stopped, started and verified as one unit, which this release does not do yet' in out.stdout
-    found = pids(fleet)
-    assert found['gpu-a'] and not found['node-c'] and not found['node-d']

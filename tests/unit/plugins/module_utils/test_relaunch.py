@@ -436,6 +436,34 @@ def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
         pass
 
 
+def test_a_unit_lease_holds_the_host_across_calls_and_lapses_by_itself(tmp_path, monkeypatch):
+    """The lease of a unit relaunch: taken by its first phase, renewed by the later ones, refusing every other relaunch
+    while it lives, released by the last phase, and lapsing by itself when its controller died."""
+    state_dir = str(tmp_path)
+    lease = host_lock.Lease(state_dir, 'run-1@node-c', 60)
+    with host_lock.HostLock(state_dir, lease.token):
+        lease.take()
+    with host_lock.HostLock(state_dir, lease.token):
+        lease.take(renew_only=True)  # a later phase of the same transaction
+    with pytest.raises(LaunchError, match=r'^a relaunch of a server over several hosts holds this host \(lease of run-1@node-c'):
+        host_lock.HostLock(state_dir).acquire()
+    with pytest.raises(LaunchError, match=r'lease of run-1@node-c'):
+        host_lock.HostLock(state_dir).probe()
+    other = host_lock.Lease(state_dir, 'run-2@node-c', 60)
+    with pytest.raises(LaunchError, match=r'^lease: another transaction holds this host \(lease of run-1@node-c'):
+        other.take()
+    assert lease.release() and not os.path.exists(os.path.join(state_dir, host_lock.LEASE_NAME))
+    with pytest.raises(LaunchError, match=r'^lease: run-1@node-c holds this host no more'):
+        lease.take(renew_only=True)
+    # A controller that died: its lease lapses at its expiry, and the host is free again.
+    lease.take()
+    real = host_lock.time.time
+    monkeypatch.setattr(host_lock.time, 'time', lambda: real() + 61)
+    with host_lock.HostLock(state_dir):
+        pass
+    other.take()
+
+
 def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, monkeypatch):
     """The rollback runs in an instance thread: it must use run_all's LockedNvml, not a session of its own."""
     job = fake_host.relaunch([instance(port=PORT + 1)], check_mode=True)
