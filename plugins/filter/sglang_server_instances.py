@@ -20,6 +20,12 @@ description:
     draft tokens (C(eagle_topk) 1 forces C(num_steps) + 1), that value is used, so C(-e steps=2)
     alone is enough. The rule comes from the collection's one copy of SGLang's speculative rules.
   - Fails when two instances share a name or a port.
+  - An instance whose C(nodes) name two hosts or more is one node of a server over several hosts (a unit). Its
+    C(launch) gets C(nodes), C(node_rank) (the place of O(host) in C(nodes)) and C(dist_init_addr) (rank 0's address
+    from O(addresses) and C(dist_init_port)); the entry gets C(unit) (C(nodes), C(node_rank), C(dist_init_port),
+    C(dist_init_addr), C(sglang_version)), which the gpufleet.sglang.sglang_server_unit_problems filter compares across
+    the nodes. Fails when C(nodes) names a host twice or not O(host), or C(dist_init_port) is not a port. C(unit) is
+    null for every other instance, whose C(launch) carries none of these keys.
 options:
   _input:
     description: The defaults of one instance (keys without the C(sglang_server_) prefix).
@@ -34,6 +40,15 @@ options:
     description: Speculative settings merged over every instance's (null values are ignored).
     type: dict
     default: {}
+  host:
+    description: The inventory name of the host the instances are resolved for (its rank in a unit's C(nodes)).
+    type: str
+  addresses:
+    description: Inventory name to the address other nodes reach it at, for the rank 0 of each unit.
+    type: dict
+  version:
+    description: The SGLang version the host requires, kept in each unit's C(unit) to be compared across its nodes.
+    type: str
   problem:
     description:
       - Return, instead of the instances, why they cannot be resolved (an empty string when they can). The
@@ -59,7 +74,7 @@ RETURN = r'''
 _value:
   description:
     - One entry per instance with C(name), C(launch) (an entry of sglang_launch's C(instances)),
-      C(smoke) and C(smoke_max_tokens).
+      C(smoke), C(smoke_max_tokens) and C(unit) (null but for one node of a server over several hosts).
     - With O(problem), a string instead; empty when the instances resolve.
   type: raw
 '''
@@ -71,8 +86,12 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_options 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import SpeculativeError, resolve
 
 ROLE_KEYS = ('smoke', 'smoke_max_tokens')
+# One server over several hosts: what the inventory gives (nodes, dist_init_port) and what the filter works out for
+# each node from it (its rank, rank 0's dist-init address): never given by hand.
+UNIT_KEYS = ('dist_init_port',)
+COMPUTED_KEYS = ('node_rank', 'dist_init_addr')
 # sglang_launch's per-instance options the role passes through as they are (smoke_max_tokens follows smoke).
-LAUNCH_KEYS = tuple(key for key in INSTANCE_OPTIONS if key not in ROLE_KEYS)
+LAUNCH_KEYS = tuple(key for key in INSTANCE_OPTIONS if key not in ROLE_KEYS + COMPUTED_KEYS)
 SPECULATIVE_KEYS = ('algorithm', 'draft_model_path', 'num_steps', 'eagle_topk', 'num_draft_tokens', 'adaptive', 'adaptive_config')
 COUNT_KEYS = ('num_steps', 'eagle_topk', 'num_draft_tokens')
 
@@ -116,18 +135,79 @@ def merge_speculative(base: dict | None, override: dict | None) -> dict | None:
     return merged
 
 
-def sglang_server_instances(defaults: dict, instances: list, override: dict | None = None, problem: bool = False) -> list[dict] | str:
+def sglang_server_instances(
+    defaults: dict,
+    instances: list,
+    override: dict | None = None,
+    problem: bool = False,
+    host: str | None = None,
+    addresses: dict | None = None,
+    version: str | None = None,
+) -> list[dict] | str:
     """The resolved instances; with ``problem``, instead, why they cannot be resolved ('' when they can)."""
     if not problem:
-        return _resolve(defaults, instances, override)
+        return _resolve(defaults, instances, override, host, addresses, version)
     try:
-        _resolve(defaults, instances, override)
+        _resolve(defaults, instances, override, host, addresses, version)
     except AnsibleFilterError as exc:
         return str(exc.message if hasattr(exc, 'message') else exc)
     return ''
 
 
-def _resolve(defaults: dict, instances: list, override: dict | None = None) -> list[dict]:
+def _port(value):
+    """A port as the inventory gives it (int or digits), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _unit(fields, merged: dict, host: str | None, addresses: dict | None, version: str | None) -> dict | None:
+    """What one node of a server over several hosts gets: its rank (its place in nodes) and rank 0's dist-init address
+    (rank 0's address and dist_init_port); None for a server on one host (nodes absent or of one host). ``fields(key)``
+    names a key where the inventory gives it (the instance's entry, or the role's variable)."""
+    nodes = merged.get('nodes')
+    if nodes in (None, ''):
+        nodes = []
+    if not isinstance(nodes, list) or not all(isinstance(n, str) and n.strip() for n in nodes):
+        raise AnsibleFilterError('%s: %r is not a list of inventory host names (rank 0 first)' % (fields('nodes'), nodes))
+    if len(nodes) < 2:
+        return None
+    twice = sorted(set(n for n in nodes if nodes.count(n) > 1))
+    if twice:
+        raise AnsibleFilterError('%s: %s names %s twice; each host is one node of the server' % (fields('nodes'), nodes, ', '.join(twice)))
+    if host is not None and host not in nodes:
+        raise AnsibleFilterError('%s: %s does not name this host (%s); a host serves only the units it is a node of' % (fields('nodes'), nodes, host))
+    raw = merged.get('dist_init_port')
+    port = _port(raw)
+    if port is None or not 1 <= port <= 65535:
+        raise AnsibleFilterError(
+            '%s: %r is not a port (1-65535); a server over several hosts (nodes %s) needs the port where rank 0 hosts '
+            'its rendezvous' % (fields('dist_init_port'), raw, nodes)
+        )
+    address = (addresses or {}).get(nodes[0])
+    if address is not None and ':' in str(address) and not str(address).startswith('['):
+        address = '[%s]' % address  # IPv6, as SGLang parses --dist-init-addr
+    return dict(
+        nodes=list(nodes),
+        node_rank=nodes.index(host) if host in nodes else None,
+        dist_init_port=port,
+        dist_init_addr='%s:%d' % (address, port) if address else None,
+        sglang_version=version,
+    )
+
+
+def _resolve(
+    defaults: dict,
+    instances: list,
+    override: dict | None = None,
+    host: str | None = None,
+    addresses: dict | None = None,
+    version: str | None = None,
+) -> list[dict]:
     if not isinstance(defaults, dict):
         raise AnsibleFilterError('sglang_server_instances expects a mapping of defaults, got %s' % type(defaults).__name__)
     if not isinstance(instances, list) or not all(isinstance(i, dict) for i in instances):
@@ -138,7 +218,7 @@ def _resolve(defaults: dict, instances: list, override: dict | None = None) -> l
     seen_names: dict[str, int] = {}
     seen_ports: dict[object, str] = {}  # the port as the inventory gives it (int or text)
     for index, instance in enumerate(instances or [{}]):
-        unknown = sorted(set(instance) - set(LAUNCH_KEYS) - set(ROLE_KEYS))
+        unknown = sorted(set(instance) - set(LAUNCH_KEYS) - set(ROLE_KEYS) - set(UNIT_KEYS))
         if unknown:
             raise AnsibleFilterError('sglang_server_instances[%d]: unknown key(s) %s' % (index, ', '.join(unknown)))
         merged = dict(defaults)
@@ -161,7 +241,15 @@ def _resolve(defaults: dict, instances: list, override: dict | None = None) -> l
         seen_ports[port] = name
         smoke = bool(merged.get('smoke', True))
         launch['smoke_max_tokens'] = int(merged.get('smoke_max_tokens') or 0) if smoke else 0
-        resolved.append(dict(name=name, launch=launch, smoke=smoke, smoke_max_tokens=launch['smoke_max_tokens']))
+
+        def fields(key, index=index, instance=instance):
+            return 'sglang_server_instances[%d].%s' % (index, key) if key in instance else 'sglang_server_%s' % key
+
+        unit = _unit(fields, merged, host, addresses, version)
+        launch.pop('nodes', None)
+        if unit:
+            launch.update((key, unit[key]) for key in ('nodes', 'node_rank', 'dist_init_addr') if unit[key] is not None)
+        resolved.append(dict(name=name, launch=launch, smoke=smoke, smoke_max_tokens=launch['smoke_max_tokens'], unit=unit))
     return resolved
 
 

@@ -17,12 +17,14 @@ import json
 import os
 import pwd
 import threading
+import time
 
 from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError
-from ansible_collections.gpufleet.sglang.plugins.module_utils._files import now
+from ansible_collections.gpufleet.sglang.plugins.module_utils._files import now, write_private
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml
 
 LOCK_NAME = 'relaunch.lock'
+LEASE_NAME = 'relaunch.lease'
 
 
 class HostLock:
@@ -32,9 +34,11 @@ class HostLock:
     The holder writes who it is into the file, for the message of the run it refuses.
     """
 
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, token: str | None = None) -> None:
         self.path = os.path.join(state_dir, LOCK_NAME)
         self.fd: int | None = None
+        # A call that is part of a transaction over several calls (Lease): its own lease does not refuse it.
+        self.token = token
 
     def holder(self) -> str:
         try:
@@ -58,6 +62,7 @@ class HostLock:
                 ) from None
             raise
         info = dict(pid=os.getpid(), user=pwd.getpwuid(os.geteuid()).pw_name, started=now())
+        self.refuse_leased(self.token)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, json.dumps(info).encode('utf-8'), 0)
 
@@ -75,11 +80,27 @@ class HostLock:
             raise
         finally:
             os.close(fd)
+        held = Lease(os.path.dirname(self.path), '', 0).read()
+        if held:
+            raise LaunchError(
+                'a relaunch of a server over several hosts holds this host (lease of %s, until %s); wait for it to end' % (held.get('token'), held.get('until'))
+            )
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def refuse_leased(self, token: str | None = None) -> None:
+        """Under the flock: refuse when another transaction's live lease holds the host (see Lease)."""
+        held = Lease(os.path.dirname(self.path), token or '', 0).read()
+        if held and held.get('token') != token:
+            self.release()
+            raise LaunchError(
+                'a relaunch of a server over several hosts holds this host (lease of %s, run by pid %s of %s, until %s); wait for it to '
+                'end (the lease lapses by itself at that time if its controller died)'
+                % (held.get('token'), held.get('pid'), held.get('user'), held.get('until'))
+            )
 
     def __enter__(self) -> HostLock:
         self.acquire()
@@ -87,6 +108,61 @@ class HostLock:
 
     def __exit__(self, *exc_info) -> None:
         self.release()
+
+
+class Lease:
+    """The host's part in a transaction of several module calls (a server over several hosts: stop, start, verify,
+    commit on every node), which the flock of one call cannot cover: <state_dir>/relaunch.lease, with the
+    transaction's token and an expiry. Each call takes the flock, checks the lease is its own (or takes it when there
+    is none, or it has lapsed), renews it and goes on; the last call removes it. A controller that dies leaves a lease
+    that lapses by itself, never one that holds the host forever. HostLock refuses a relaunch while a lease lives."""
+
+    def __init__(self, state_dir: str, token: str, seconds: float) -> None:
+        self.path = os.path.join(state_dir, LEASE_NAME)
+        self.token = token
+        self.seconds = seconds
+
+    def read(self) -> dict | None:
+        """The live lease, or None (none, unreadable, or lapsed)."""
+        try:
+            with open(self.path, encoding='utf-8') as handle:
+                held = json.loads(handle.read() or '{}')
+        except (OSError, ValueError):
+            return None
+        if not isinstance(held, dict) or not isinstance(held.get('expires'), (int, float)) or held['expires'] <= time.time():
+            return None
+        return held
+
+    def take(self, renew_only: bool = False) -> None:
+        """Take or renew the lease (the caller holds the flock); refused when another token's lease lives, or, with
+        ``renew_only``, when this token holds none (it lapsed, or another transaction ran since)."""
+        held = self.read()
+        if held and held.get('token') != self.token:
+            raise LaunchError(
+                'lease: another transaction holds this host (lease of %s, pid %s, until %s)' % (held.get('token'), held.get('pid'), held.get('until'))
+            )
+        if renew_only and not held:
+            raise LaunchError(
+                'lease: %s holds this host no more (it lapsed after %.0fs, or was released); the transaction cannot go on safely' % (self.token, self.seconds)
+            )
+        expires = time.time() + self.seconds
+        info = dict(
+            token=self.token,
+            expires=expires,
+            until=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(expires)),
+            pid=os.getpid(),
+            user=pwd.getpwuid(os.geteuid()).pw_name,
+            taken=(held or {}).get('taken') or now(),
+        )
+        write_private(self.path, json.dumps(info) + '\n')
+
+    def release(self) -> bool:
+        """Remove this token's lease; True when there was one."""
+        held = self.read()
+        if held and held.get('token') == self.token:
+            os.unlink(self.path)
+            return True
+        return False
 
 
 class LockedNvml:
@@ -104,6 +180,10 @@ class LockedNvml:
     def select(self, selectors: list[str] | None, field: str = 'gpus') -> list[int]:
         with self.lock:
             return self.nvml.select(selectors, field)
+
+    def compute_processes(self, index: int) -> list[dict]:
+        with self.lock:
+            return self.nvml.compute_processes(index)
 
     def device_count(self) -> int:
         with self.lock:

@@ -66,4 +66,8 @@ INSTANCE_OPTIONS: dict[str, dict] = dict(
     smoke_max_tokens=dict(type='int', default=0, no_log=False),
     smoke_min_tok_s=dict(type='float'),
     smoke_min_accept_length=dict(type='float'),
+    # One server over several hosts (a unit): its hosts in rank order, this host's rank, rank 0's rendezvous.
+    nodes=dict(type='list', elements='str', default=[]),
+    node_rank=dict(type='int'),
+    dist_init_addr=dict(type='str'),
 )

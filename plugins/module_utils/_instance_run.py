@@ -420,7 +420,9 @@ class InstanceRun:
         else:
             remove(self.instance.adaptive_file)
 
-    def start(self, spec: InstanceSpec) -> dict:
+    def start(self, spec: InstanceSpec, wait: bool = True) -> dict:
+        """Start ``spec``'s server and record it; with ``wait``, wait until it serves (a node of a server over several
+        hosts is started by one call and waited for by the next, so that every node starts at once)."""
         params = spec.params
         supervisor = self.relaunch.new_supervisor(spec)
         self.write_secrets(spec)
@@ -469,6 +471,10 @@ class InstanceRun:
         self.state = state
         self.mark('wait until ready')
         self.result.update(pid=state['pid'], unit=state['unit'])
+        if not wait:
+            state['log_offset'] = offset
+            self.write(state)
+            return state
         expected = old.get('seconds_to_ready')
         self.wait_ready(spec, supervisor, state, alive, start, offset, expected if isinstance(expected, (int, float)) else None)
         return state
@@ -537,6 +543,11 @@ class InstanceRun:
         running = speculative_of(info)
         self.result['speculative']['running'] = running
         differ = []
+        if spec.unit:
+            # Rank 0 of a server over several hosts: SGLang must run the world this call asked for.
+            for key, wanted in (('nnodes', len(spec.nodes)), ('node_rank', spec.node_rank), ('tp_size', spec.tp_size)):
+                if info.get(key) != wanted:
+                    differ.append('%s: asked %s, SGLang runs %s' % (key, wanted, info.get(key)))
         wanted_algo = spec.speculative['effective_algorithm']
         got_algo = running['algorithm']
         got_algo = None if got_algo is None else effective_algorithm(str(got_algo))

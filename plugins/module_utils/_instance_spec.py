@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import N
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SERVER_PATH, python_binary
 from ansible_collections.gpufleet.sglang.plugins.module_utils._secrets import mask_argv, mask_text
-from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import SGLangFlagError, resolve_flag, validate_extra_args
+from ansible_collections.gpufleet.sglang.plugins.module_utils._sglang_flags import FLAGS, SGLangFlagError, resolve_flag, validate_extra_args
 from ansible_collections.gpufleet.sglang.plugins.module_utils._speculative import ADAPTIVE_FALLBACK_FLAGS, SpeculativeError, resolve
 
 if TYPE_CHECKING:
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 
 LAUNCH_MODULE = 'sglang.launch_server'
+
+# The flags that make a server one node of several: the module emits them from nodes, node_rank and dist_init_addr.
+UNIT_FLAGS = ('--nnodes', '--node-rank', '--dist-init-addr')
+
 
 # A bare address or host name: no user part, no path, nothing a URL would read as another host.
 HOST_RE = re.compile(r'^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+|\[[0-9A-Fa-f:.]+\])$')
@@ -45,6 +49,9 @@ SECRET_OPTIONS = (('api_key', 'api-key'), ('admin_api_key', 'admin-api-key'), ('
 TIMEOUT_FIELDS = ('ready_timeout', 'ready_poll_interval', 'stop_timeout')
 
 SECRET_PARAMS = ('api_key', 'admin_api_key', 'ssl_keyfile_password', 'secret_environment')
+
+# HOST:PORT or [v6]:PORT, as SGLang parses --dist-init-addr.
+DIST_INIT_ADDR_RE = re.compile(r'^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252}):(?P<port>[0-9]{1,5})$')
 
 GPU_RE = re.compile(r'^(?:[0-9]{1,3}|(?:GPU-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$')
 
@@ -117,6 +124,24 @@ class InstanceSpec:
         return SpecError('instance %s: %s' % (self.name, text))
 
     @property
+    def nodes(self) -> list:
+        return list(self.params.get('nodes') or [])
+
+    @property
+    def unit(self) -> bool:
+        """One server over several hosts (nodes names two or more): stopped, started and verified as one."""
+        return len(self.nodes) > 1
+
+    @property
+    def node_rank(self) -> int:
+        return (self.params.get('node_rank') or 0) if self.unit else 0
+
+    @property
+    def dist_init_port(self) -> int | None:
+        match = DIST_INIT_ADDR_RE.match(self.params.get('dist_init_addr') or '')
+        return int(match.group('port')) if match and self.unit else None
+
+    @property
     def api_key(self) -> str | None:
         return self.params.get('api_key') or None
 
@@ -173,6 +198,7 @@ class InstanceSpec:
         for selector in params['gpus']:
             if not GPU_RE.match(str(selector)):
                 raise self.error('gpus: %r is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-xxxxxxxx-...)' % selector)
+        self.validate_unit()
         python = python_binary(params['python'])
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise self.error(
@@ -180,6 +206,36 @@ class InstanceSpec:
                 'bin/python (install SGLang with the gpufleet.sglang.sglang_install role)' % params['python']
             )
         self.python = python
+
+    def validate_unit(self) -> None:
+        """nodes, node_rank and dist_init_addr: one server over several hosts, or none of them."""
+        params = self.params
+        nodes = self.nodes
+        for node in nodes:
+            if not node or not str(node).strip() or CONTROL_RE.search(str(node)):
+                raise self.error('nodes: %r is not a host name' % (node,))
+        twice = sorted(set(n for n in nodes if nodes.count(n) > 1))
+        if twice:
+            raise self.error('nodes: %s names %s twice; each host is one node of the server' % (nodes, ', '.join(twice)))
+        rank, addr = params.get('node_rank'), params.get('dist_init_addr')
+        if not self.unit:
+            for field, value in (('node_rank', rank), ('dist_init_addr', addr)):
+                if value is not None and not (field == 'node_rank' and value == 0):
+                    raise self.error(
+                        '%s: %r is given, but nodes %s names fewer than two hosts (one server over several hosts needs them all)' % (field, value, nodes)
+                    )
+            return
+        if rank is None:
+            raise self.error('node_rank: is required for one node of a server over several hosts (nodes %s)' % nodes)
+        if isinstance(rank, bool) or not 0 <= rank < len(nodes):
+            raise self.error('node_rank: %r is not a rank of nodes %s (0 to %d)' % (rank, nodes, len(nodes) - 1))
+        if not addr:
+            raise self.error('dist_init_addr: is required for one node of a server over several hosts (nodes %s): rank 0\'s HOST:PORT' % nodes)
+        match = DIST_INIT_ADDR_RE.match(addr)
+        if not match or not 1 <= int(match.group('port')) <= 65535:
+            raise self.error('dist_init_addr: %r is not HOST:PORT (rank 0\'s address and a port from 1 to 65535)' % addr)
+        if rank == 0 and int(match.group('port')) == params['port']:
+            raise self.error('dist_init_addr: port %s is also the server\'s port' % match.group('port'))
 
     def validate_model_path(self, field: str, value: str | None) -> None:
         if not value:
@@ -222,6 +278,11 @@ class InstanceSpec:
                 option = resolve_flag(key)
             except SGLangFlagError:
                 continue  # validate_extra_args words the error
+            if self.unit and FLAGS[option]['canonical'] in UNIT_FLAGS:
+                raise self.error(
+                    'extra_args.%s: %s is set by the module for a server over several hosts, from nodes %s (its rank and rank 0\'s '
+                    'dist-init address); leave it out of extra_args' % (key, FLAGS[option]['canonical'], self.nodes)
+                )
             if option == '--config':
                 raise self.error(
                     'extra_args.%s: --config is refused: a config file would bypass the checks of every '
@@ -241,6 +302,9 @@ class InstanceSpec:
         tp_size = params['tp_size']
         if tp_size is not None and tp_size < 1:
             raise self.error('tp_size: %s is out of range; it must be at least 1' % tp_size)
+        if self.unit:
+            self.validate_unit_gpus(nvml)
+            return
         try:
             if params['gpus']:
                 self.gpu_indexes = nvml.select(params['gpus'])
@@ -257,6 +321,33 @@ class InstanceSpec:
         except NvmlError as exc:
             raise self.error(str(exc)) from None
         self.tp_size = len(self.gpu_indexes)
+
+    def validate_unit_gpus(self, nvml: Nvml | LockedNvml) -> None:
+        """A server over several hosts: tp_size is the total over its nodes, gpus this node's share (tp_size / nodes)."""
+        params = self.params
+        nnodes = len(self.nodes)
+        tp_size = params['tp_size']
+        if tp_size is not None and tp_size % nnodes:
+            raise self.error('tp_size: %s is not divisible by the %d nodes of nodes %s (each node runs tp_size / nodes ranks)' % (tp_size, nnodes, self.nodes))
+        try:
+            if params['gpus']:
+                self.gpu_indexes = nvml.select(params['gpus'])
+                if len(self.gpu_indexes) != len(params['gpus']):
+                    raise self.error('gpus: %s names the same GPU twice' % params['gpus'])
+                if tp_size is not None and len(self.gpu_indexes) != tp_size // nnodes:
+                    raise self.error(
+                        'gpus: %s gives this node %d GPU(s); tp_size %s over the %d nodes of nodes %s needs %d on each node'
+                        % (params['gpus'], len(self.gpu_indexes), tp_size, nnodes, self.nodes, tp_size // nnodes)
+                    )
+            else:
+                count = nvml.device_count()
+                wanted = (tp_size or nnodes) // nnodes
+                if wanted > count:
+                    raise self.error('tp_size: %s over %d nodes needs %d GPU(s) on each node, more than the %d of this host' % (tp_size, nnodes, wanted, count))
+                self.gpu_indexes = list(range(wanted))
+        except NvmlError as exc:
+            raise self.error(str(exc)) from None
+        self.tp_size = len(self.gpu_indexes) * nnodes
 
     def model_architecture(self) -> str | None:
         try:
@@ -314,6 +405,8 @@ class InstanceSpec:
             '--tp-size',
             str(self.tp_size),
         ]
+        if self.unit:
+            argv += ['--nnodes', str(len(self.nodes)), '--node-rank', str(self.node_rank), '--dist-init-addr', params['dist_init_addr']]
         if params['served_model_name']:
             argv += ['--served-model-name', params['served_model_name']]
         if spec['enabled']:
@@ -363,6 +456,9 @@ class InstanceSpec:
             enable_metrics=params['enable_metrics'],
             log_level=params['log_level'],
         )
+        if self.unit:
+            # Only for a unit: every single-host instance keeps the digest it had (no relaunch on upgrade).
+            self.desired.update(nodes=self.nodes, node_rank=self.node_rank, dist_init_addr=params['dist_init_addr'])
 
     def finish(self, supervisor_kind: str) -> None:
         self.desired['supervisor'] = supervisor_kind

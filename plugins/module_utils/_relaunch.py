@@ -249,6 +249,11 @@ class Relaunch:
                     )
                 if spec.params['port'] == other.params['port']:
                     raise spec.error('port: %s is also the port of instance %s' % (spec.params['port'], other.name))
+            for other in self.specs:
+                # Rank 0 listens at its dist-init port (the rendezvous): no server of this host may listen there too.
+                port = spec.dist_init_port if spec.node_rank == 0 else None
+                if port is not None and other is not spec and port in (other.params['port'], other.dist_init_port if other.node_rank == 0 else None):
+                    raise spec.error('dist_init_addr: port %d (rank 0 of nodes %s) is also a port of instance %s' % (port, spec.nodes, other.name))
 
     def owner(self, pid: int) -> str | None:
         """The name of the instance (of this call) whose server ``pid`` belongs to."""
@@ -275,21 +280,27 @@ class Relaunch:
 
     def check_ports(self) -> None:
         for spec in self.specs:
-            port = spec.params['port']
-            listening, pids = port_holders(port)
-            if not listening:
-                continue
-            if not pids:
-                raise spec.error(
-                    'port: %d is already in use by a process not visible on this host (another network namespace or container?); choose another port' % port
-                )
-            foreign = [pid for pid in pids if not self.owner(pid)]
-            if foreign:
-                info = [read_process(pid) for pid in foreign]
-                raise spec.error(
-                    'port: %d is already in use by %s; stop it or choose another port'
-                    % (port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process')
-                )
+            self.check_port(spec, spec.params['port'], 'port: %d', None)
+            if spec.unit and spec.node_rank == 0 and spec.dist_init_port is not None:
+                # Rank 0 hosts the rendezvous there: free, or held by this very unit's rank-0 server (stopped first).
+                self.check_port(spec, spec.dist_init_port, 'dist_init_addr: port %%d, where rank 0 of nodes %s hosts the rendezvous,' % spec.nodes, spec.name)
+
+    def check_port(self, spec: InstanceSpec, port: int, what: str, owner: str | None) -> None:
+        """``port`` free, or held by a server of this call (``owner``: by that instance's)."""
+        listening, pids = port_holders(port)
+        if not listening:
+            return
+        if not pids:
+            raise spec.error(
+                '%s is already in use by a process not visible on this host (another network namespace or container?); choose another port' % (what % port)
+            )
+        foreign = [pid for pid in pids if not self.owner(pid) or (owner is not None and self.owner(pid) != owner)]
+        if foreign:
+            info = [read_process(pid) for pid in foreign]
+            raise spec.error(
+                '%s is already in use by %s; stop it or choose another port'
+                % (what % port, '; '.join('pid %d %r (user %s)' % (i.pid, i.cmdline, i.user) for i in info if i) or 'another process')
+            )
 
     # ------------------------------------------------------------ deciding
 
@@ -313,9 +324,28 @@ class Relaunch:
             return 'relaunch'
         if state.get('config_hash') != spec.desired_hash():
             return 'relaunch'
-        if spec.instance.health(state) != 200:
+        if not self.serving(spec, state, supervisor):
             return 'relaunch'
         return 'unchanged'
+
+    def serving(self, spec: InstanceSpec, state: dict, supervisor) -> bool:
+        """Whether a running server serves: its /health, but for a node of rank >= 1 of a server over several hosts.
+
+        Such a node answers /health with 200 whatever its schedulers do (SGLang's dummy health server), also when its
+        peer died and it hangs (SGLang #3099): it is judged by what it holds instead, every GPU of its configuration
+        held by a process of its own tree (NVML)."""
+        if not (spec.unit and spec.node_rank > 0):
+            return spec.instance.health(state) == 200
+        gpus = (state.get('config') or {}).get('gpus') or []
+        if not gpus:
+            return False
+        if self.nvml is not None:
+            return all(any(supervisor.owns(p['pid'], state) for p in self.nvml.compute_processes(i)) for i in gpus)
+        try:
+            with Nvml() as nvml:
+                return all(any(supervisor.owns(p['pid'], state) for p in nvml.compute_processes(i)) for i in gpus)
+        except NvmlError:
+            return False
 
     def interrupted(self, spec: InstanceSpec) -> str | None:
         """What an interrupted earlier run left (its marker in the state: we hold the lock, so it is dead)."""
@@ -338,6 +368,13 @@ class Relaunch:
         self.validate()
         self.seconds_validate = round(time.monotonic() - started, 3)
         lock = HostLock(self.state_dir)
+        units = [spec for spec in self.specs if spec.unit]
+        if units and not self.check_mode and self.state != 'stopped':
+            # Never run host by host: its nodes go through the phases of unit_phase together (_unit_phase.py).
+            raise units[0].error(
+                'nodes: %s: a server over several hosts is stopped, started and verified as one unit, through unit_phase on '
+                'every node (the sglang_server role does it); nothing was touched' % units[0].nodes
+            )
         if self.check_mode:
             if os.path.isdir(self.state_dir):
                 lock.probe()

@@ -86,8 +86,9 @@ MANAGED_FLAGS = {
 }
 
 # A server over several hosts is one unit that must be stopped, started and verified together (a node of rank >= 1
-# answers /health 200 whatever its state, and a node whose peer stops hangs with its memory): until the collection
-# runs such units, extra_args may not make an instance one node of several. Flag -> the only value allowed.
+# answers /health 200 whatever its state, and a node whose peer stops hangs with its memory): the module sets these
+# flags itself from the instance's nodes, node_rank and dist_init_addr; extra_args may not make an instance one node
+# of several behind its back. Flag -> the only value allowed.
 SINGLE_NODE_FLAGS = {"--nnodes": 1, "--node-rank": 0}
 
 # Every speculative-decoding setting goes through the module's speculative option, where the rules of
@@ -218,9 +219,11 @@ def _refuse_multi_node(spec, value, field):
         return
     if number != allowed:
         raise SGLangFlagError(
-            "%s: %r makes this server one node of several, which this collection does not run yet: each host would be "
-            "stopped, started and verified on its own, a node of rank >= 1 answers /health 200 whatever its state, and a "
-            "node whose peer stops hangs with its GPU memory; only %s %d is accepted" % (field, value, spec["canonical"], allowed),
+            "%s: %r makes this server one node of several behind the module's back: each host would be stopped, started "
+            "and verified on its own, a node of rank >= 1 answers /health 200 whatever its state, and a node whose peer "
+            "stops hangs with its GPU memory. Give the instance its nodes instead (the role's sglang_server_nodes: its "
+            "hosts in rank order, and sglang_server_dist_init_port), so that it is run as one unit; only %s %d is "
+            "accepted here" % (field, value, spec["canonical"], allowed),
             field=field,
             value=value,
         )

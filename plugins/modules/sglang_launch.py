@@ -177,8 +177,9 @@ options:
             this module sets through its own options (and C(--config)) are refused with the option to use. So are
             the flags that carry secrets (C(--admin-api-key), C(--ssl-keyfile-password)), which have options of their
             own that keep them off the command line.
-          - C(--nnodes) above 1 and C(--node-rank) above 0 are refused too. A server over several hosts is one unit
-            that must be stopped, started and verified together, which this module does not do yet.
+          - C(--nnodes) above 1 and C(--node-rank) above 0 are refused too, and for a server over several hosts
+            (O(instances[].nodes)) C(--nnodes), C(--node-rank) and C(--dist-init-addr) at all, since the module sets them
+            from O(instances[].nodes), O(instances[].node_rank) and O(instances[].dist_init_addr).
         type: dict
         default: {}
       environment:
@@ -250,6 +251,35 @@ options:
             C(*API_KEY*), C(*CREDENTIAL*), C(*PRIVATE_KEY*)) and sends them here.
         type: dict
         default: {}
+      nodes:
+        description:
+          - One server over several hosts (a unit) - the names of its hosts in rank order, rank 0 first (the only
+            real server - HTTP, tokenizer, detokenizer; a node of rank >= 1 runs its share of the schedulers and a
+            dummy C(/health) that answers 200 whatever its state). Two or more names make the instance one node of
+            such a server; empty, or one name, is a server on this host alone.
+          - The module gives SGLang C(--tp-size) (the total, O(instances[].tp_size)), C(--nnodes), C(--node-rank) and
+            C(--dist-init-addr). O(instances[].gpus) are this node's own GPUs, C(tp_size / len(nodes)) of them.
+          - No name may come twice. That every node agrees (the same model, speculative parameters, C(tp_size), SGLang
+            version, dist-init address) is checked on the controller by the C(gpufleet.sglang.sglang_server) role.
+          - Check mode plans such an instance like any other. Otherwise it is run only through O(unit_phase) - its
+            nodes are stopped, started and verified as one unit, across hosts, which takes one call per phase and node
+            (the C(gpufleet.sglang.sglang_server) role makes them); without O(unit_phase) it is refused before anything
+            is touched.
+        type: list
+        elements: str
+        default: []
+      node_rank:
+        description:
+          - This host's rank among O(instances[].nodes) (C(--node-rank)); required with them. The role gives each
+            node its place in the list.
+        type: int
+      dist_init_addr:
+        description:
+          - C(--dist-init-addr), C(HOST:PORT) (or C([v6]:PORT)) where rank 0 hosts the rendezvous of the unit, the
+            same on every node; required with O(instances[].nodes).
+          - On rank 0 its port must be free, or held by this instance's own server (stopped first), and differ from
+            the ports of the host's servers.
+        type: str
       enable_metrics:
         description: C(--enable-metrics), the Prometheus C(/metrics) endpoint.
         type: bool
@@ -388,6 +418,41 @@ options:
         it back. Ignored with O(trial).
       - One line of text, at most 4096 characters; no secret belongs in it (it is returned and kept in the state).
     type: str
+  unit_phase:
+    description:
+      - One phase of the relaunch of servers over several hosts (every instance given must be one node of such a
+        server, O(instances[].nodes)); the C(gpufleet.sglang.sglang_server) role calls them in order as tasks over every
+        node of the unit in one batch, so that each phase ends on every node before the next begins.
+      - V(stop) stops each node's old server by ownership (SIGTERM, then SIGKILL of its whole tree after its stop
+        timeout, which ends a rank that hangs after its peer died) and waits until the node's GPUs are clean; V(start)
+        starts the new one without waiting (SGLang's rendezvous waits for every rank, so the ranks start together);
+        V(verify) waits until rank 0 serves (C(/server_info) with C(nnodes) and C(node_rank), the smoke generation) and
+        until a rank 1 or more holds memory on each of its GPUs with its process alive, never by its C(/health);
+        V(commit) checks every node still serves, records the configuration as the last known good one and returns
+        the instance's row; V(release) gives the lease back.
+      - A node failing any phase fails the phase there (its row says why, its rank first); the role then runs the
+        phases again with O(unit_config=good) on every node of the unit.
+    type: str
+    choices: [stop, start, verify, commit, release]
+  unit_config:
+    description: With O(unit_phase), V(new) the configuration given, V(good) each instance's last known good one (a rollback).
+    type: str
+    choices: [new, good]
+    default: new
+  unit_failure:
+    description: With O(unit_phase=commit) and O(unit_config=good), why the unit was rolled back (the rank and host that failed); it opens the row's message.
+    type: str
+  lease:
+    description:
+      - The token of one unit relaunch, the same in each of its phases. The first phase takes the host's lease
+        (C(<state_dir>/relaunch.lease)) and every later one must still hold it, renewing it; any other relaunch of the host
+        is refused while it lives, and it lapses by itself O(lease_seconds) after its last renewal if the controller
+        died. Required with O(unit_phase).
+    type: str
+  lease_seconds:
+    description: How long the lease lives after each phase renews it; longer than any one phase (stop, ready timeouts).
+    type: float
+    default: 3600
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -660,6 +725,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import D
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_options import INSTANCE_OPTIONS
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import NvmlError, fail_without_pynvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
+from ansible_collections.gpufleet.sglang.plugins.module_utils._unit_phase import PHASES, UnitPhase
 
 
 def main() -> None:
@@ -680,13 +746,19 @@ def main() -> None:
             run=dict(type='str'),
             undo=dict(type='str'),
             origin=dict(type='str'),
+            unit_phase=dict(type='str', choices=list(PHASES)),
+            unit_config=dict(type='str', choices=['new', 'good'], default='new'),
+            unit_failure=dict(type='str'),
+            lease=dict(type='str', no_log=False),
+            lease_seconds=dict(type='float', default=3600),
         ),
+        required_by=dict(unit_phase=['lease']),
         supports_check_mode=True,
     )
     fail_without_pynvml(module)
     relaunch = Relaunch(module.params, module.check_mode, module._diff, module.warn)
     try:
-        result = relaunch.run()
+        result = UnitPhase(relaunch).run() if module.params['unit_phase'] else relaunch.run()
     except (LaunchError, NvmlError) as exc:
         module.fail_json(msg=str(exc), instances=[])
     if result.get('failed'):

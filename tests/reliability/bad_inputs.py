@@ -94,6 +94,26 @@ CASES = [
     case('launch', 'extra_args-admin-key', ['extra_args.admin-api-key', 'admin_api_key'], inst=dict(extra_args={'admin-api-key': SECRETS['admin_api_key']})),
     case('launch', 'extra_args-bad-value', ['extra_args.mem-fraction-static', "'lots'"], inst=dict(extra_args={'mem-fraction-static': 'lots'})),
     case('launch', 'extra_args-nnodes', ['extra_args.nnodes', 'node of several'], inst=dict(extra_args={'nnodes': 2, 'dist-init-addr': 'h.invalid:5000'})),
+    # One server over several hosts: its shape, given to the module (the role works out the rank and the address)
+    case(
+        'launch',
+        'unit-tp-not-divisible',
+        ['tp_size', '3', 'not divisible'],
+        inst=dict(nodes=['{host}', 'node-d.invalid'], node_rank=0, dist_init_addr='127.0.0.1:29500', tp_size=3),
+    ),
+    case('launch', 'unit-rank-missing', ['node_rank', 'is required'], inst=dict(nodes=['{host}', 'node-d.invalid'], dist_init_addr='127.0.0.1:29500')),
+    case(
+        'launch',
+        'unit-address-not-host-port',
+        ['dist_init_addr', "'node-c.invalid'"],
+        inst=dict(nodes=['{host}', 'node-d.invalid'], node_rank=0, dist_init_addr='node-c.invalid'),
+    ),
+    case(
+        'launch',
+        'unit-extra_args-dist-init-addr',
+        ['extra_args.dist-init-addr', 'set by the module'],
+        inst=dict(nodes=['{host}', 'node-d.invalid'], node_rank=1, dist_init_addr='127.0.0.1:29500', extra_args={'dist-init-addr': '127.0.0.1:1'}),
+    ),
     # ------------------------------------------------------------ speculative rules
     case('launch', 'steps-0', ['speculative.num_steps', '0'], inst=dict(speculative=dict(num_steps=0))),
     case('launch', 'steps-negative', ['speculative.num_steps', '-1'], inst=dict(speculative=dict(num_steps=-1))),
@@ -161,6 +181,26 @@ CASES = [
         ['origin', 'contains a control character'],
         extra=['-e', '{"sglang_server_origin": "applied by x\\nExecStartPre=/bin/true"}'],
     ),
+    # One server over several hosts from the inventory: every node in the play, named once, with a rendezvous port.
+    case(
+        'play',
+        'unit-node-not-in-play',
+        ['nodes: nowhere.invalid (rank 1) is not a host of this play'],
+        extra=['-e', '{"sglang_server_nodes": ["{host}", "nowhere.invalid"], "sglang_server_dist_init_port": 29500}'],
+    ),
+    case(
+        'play',
+        'unit-without-this-host',
+        ["sglang_server_nodes: ['a.invalid', 'b.invalid'] does not name this host ({host})"],
+        extra=['-e', '{"sglang_server_nodes": ["a.invalid", "b.invalid"], "sglang_server_dist_init_port": 29500}'],
+    ),
+    case('play', 'unit-node-twice', ['sglang_server_nodes', 'names {host} twice'], extra=['-e', '{"sglang_server_nodes": ["{host}", "{host}"]}']),
+    case(
+        'play',
+        'unit-without-port',
+        ['sglang_server_dist_init_port: None is not a port'],
+        extra=['-e', '{"sglang_server_nodes": ["{host}", "nowhere.invalid"]}'],
+    ),
     # The serving host was started by relaunch.yml with nothing before it: the newest run has nothing to give back.
     case('play', 'undo-last-started-fresh', ['undo: ', 'started it where nothing ran before'], extra=['-e', 'undo=last']),
 ]
@@ -199,7 +239,7 @@ def fill_in(value, fill: dict):
 def attempt(server, kind: str, how: dict, fill: dict) -> tuple[bool, str]:
     """(failed, what it said)."""
     if kind == 'play':
-        out = playbook(server.inventory, 'relaunch.yml', *how['extra'], timeout=120)
+        out = playbook(server.inventory, 'relaunch.yml', *(str(fill_in(a, fill)) for a in how['extra']), timeout=120)
         return out.returncode != 0, out.stdout + out.stderr
     if kind == 'launch':
         result = module(server.host, 'sglang_launch', launch_task(server, how, fill))
@@ -216,7 +256,9 @@ def attempt(server, kind: str, how: dict, fill: dict) -> tuple[bool, str]:
 def check_case(intact, kind: str, how: dict, expect: list) -> None:
     """Run one case against the serving host `intact` (server, fingerprint before) and assert all it must hold."""
     server, before = intact
-    fill = dict(state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1, **server.links)
+    fill = dict(
+        state_dir=server.state_dir, port=server.vars['sglang_server_port'], port2=server.vars['sglang_server_port'] + 1, host=server.host.name, **server.links
+    )
     holder = server.host.hold(how['hold'], 2048, 'reliability-trainer') if 'hold' in how else None
     try:
         failed, said = attempt(server, kind, how, fill)

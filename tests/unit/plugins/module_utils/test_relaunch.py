@@ -36,6 +36,13 @@ def instance(**overrides) -> dict:
     return params
 
 
+def unit(**overrides) -> dict:
+    """Rank 0 of a TP-4 server over two hosts, on GPUs 0 and 1 of this one."""
+    params = dict(nodes=['node-c', 'node-d'], node_rank=0, dist_init_addr='10.0.0.3:5000', gpus=['0', '1'], tp_size=4)
+    params.update(overrides)
+    return instance(**params)
+
+
 def host_params(state_dir: str, instances: list, **overrides) -> dict:
     params = dict(
         state='started',
@@ -106,6 +113,73 @@ BAD = {
     'extra_args nnodes': ([instance(extra_args={'nnodes': 2})], {}, {}, {}, r"extra_args.nnodes: 2 makes this server one node of several.*only --nnodes 1"),
     'extra_args node-rank': ([instance(extra_args={'--node-rank': '1'})], {}, {}, {}, r"extra_args.--node-rank: '1' makes this server one node of several"),
     'extra_args nnodes abbreviated': ([instance(extra_args={'nnod': 4})], {}, {}, {}, r'extra_args.nnod: 4 makes this server one node of several'),
+    # One server over several hosts (nodes): its shape, refused before anything
+    'unit without rank': (
+        [unit(node_rank=None)],
+        {},
+        {},
+        {},
+        r"^instance llama: node_rank: is required for one node of a server over several hosts \(nodes \['node-c', 'node-d'\]\)",
+    ),
+    'unit rank outside': ([unit(node_rank=2)], {}, {}, {}, r"node_rank: 2 is not a rank of nodes \['node-c', 'node-d'\] \(0 to 1\)"),
+    'unit node twice': ([unit(nodes=['node-c', 'node-c'])], {}, {}, {}, r"nodes: \['node-c', 'node-c'\] names node-c twice"),
+    'unit without address': ([unit(dist_init_addr=None)], {}, {}, {}, r'dist_init_addr: is required for one node of a server over several hosts'),
+    'unit address without port': ([unit(dist_init_addr='node-c')], {}, {}, {}, r"dist_init_addr: 'node-c' is not HOST:PORT"),
+    'unit address port 0': ([unit(dist_init_addr='10.0.0.3:0')], {}, {}, {}, r"dist_init_addr: '10.0.0.3:0' is not HOST:PORT"),
+    'unit address user part': ([unit(dist_init_addr='a@b:5000')], {}, {}, {}, r"dist_init_addr: 'a@b:5000' is not HOST:PORT"),
+    'unit address is the server port': ([unit(dist_init_addr='10.0.0.3:%d' % PORT)], {}, {}, {}, r"dist_init_addr: port %d is also the server's port" % PORT),
+    'unit tp not divisible': ([unit(tp_size=3)], {}, {}, {}, r"tp_size: 3 is not divisible by the 2 nodes of nodes \['node-c', 'node-d'\]"),
+    'unit gpus against tp': (
+        [unit(tp_size=2)],
+        {},
+        {},
+        {},
+        r"gpus: \['0', '1'\] gives this node 2 GPU\(s\); tp_size 2 over the 2 nodes .* needs 1 on each node",
+    ),
+    'unit tp too large': ([unit(gpus=[], tp_size=16)], {}, {}, {}, r'tp_size: 16 over 2 nodes needs 8 GPU\(s\) on each node, more than the 4 of this host'),
+    'unit extra_args nnodes': (
+        [unit(extra_args={'nnodes': 2})],
+        {},
+        {},
+        {},
+        r'extra_args.nnodes: --nnodes is set by the module for a server over several hosts',
+    ),
+    'unit extra_args dist-init-addr': (
+        [unit(extra_args={'dist-init-addr': 'x:1'})],
+        {},
+        {},
+        {},
+        r'extra_args.dist-init-addr: --dist-init-addr is set by the module',
+    ),
+    'unit extra_args alias': (
+        [unit(node_rank=1, extra_args={'nccl-init-addr': 'x:1'})],
+        {},
+        {},
+        {},
+        r'extra_args.nccl-init-addr: --dist-init-addr is set by the module',
+    ),
+    'rank without a unit': ([instance(node_rank=1)], {}, {}, {}, r"node_rank: 1 is given, but nodes \[\] names fewer than two hosts"),
+    'address without a unit': (
+        [instance(nodes=['node-c'], dist_init_addr='node-c:5000')],
+        {},
+        {},
+        {},
+        r"dist_init_addr: 'node-c:5000' is given, but nodes \['node-c'\]",
+    ),
+    'unit rendezvous port held': (
+        [unit()],
+        {},
+        {},
+        {5000: (True, [4244])},
+        r'dist_init_addr: port 5000, where rank 0 of nodes .* hosts the rendezvous, is already in use by another process',
+    ),
+    'unit rendezvous port of another instance': (
+        [unit(), instance(name='qwen', gpus=['2'], port=5000)],
+        {},
+        {},
+        {},
+        r'^instance llama: dist_init_addr: port 5000 \(rank 0 of nodes .*\) is also a port of instance qwen',
+    ),
     'speculative algorithm': ([instance(speculative=dict(algorithm='BOGUS'))], {}, {}, {}, r"speculative.algorithm: 'BOGUS' is not"),
     'smoke_max_tokens': ([instance(smoke_max_tokens=-1)], {}, {}, {}, r'smoke_max_tokens: -1 is out of range'),
     'smoke_min_tok_s': ([instance(smoke_min_tok_s=-1.0)], {}, {}, {}, r'smoke_min_tok_s: -1.0 is out of range'),
@@ -170,6 +244,35 @@ def test_the_default_instance_is_valid(fake_host):
     """The case every row of BAD changes one thing of: it must pass, or BAD proves nothing."""
     plan = fake_host.relaunch([instance()], check_mode=True).run()
     assert plan['instances'][0]['result'] == 'would start' and plan['changed'] is True
+    assert not os.path.exists(fake_host.state_dir)
+
+
+@pytest.mark.parametrize('rank', [0, 1])
+def test_one_node_of_a_unit_is_planned_with_the_flags_the_module_emits(fake_host, rank):
+    """The total tp, this node's GPUs, its rank and rank 0's address: on the command line and in the configuration."""
+    plan = fake_host.relaunch([unit(node_rank=rank, tp_size=None)], check_mode=True).run()
+    row = plan['instances'][0]
+    assert row['result'] == 'would start'
+    argv = row['argv']
+    assert argv[argv.index('--tp-size') + 1] == '4'
+    assert argv[argv.index('--nnodes') :][:6] == ['--nnodes', '2', '--node-rank', str(rank), '--dist-init-addr', '10.0.0.3:5000']
+    assert row['config']['gpus'] == [0, 1] and row['config']['tp_size'] == 4
+    assert (row['config']['nodes'], row['config']['node_rank'], row['config']['dist_init_addr']) == (['node-c', 'node-d'], rank, '10.0.0.3:5000')
+
+
+def test_a_single_host_instance_keeps_its_configuration_and_digest(fake_host):
+    """No unit keys in a single host's configuration: what it runs hashes as before, so an upgrade relaunches nothing."""
+    spec = fake_host.relaunch([instance(nodes=['node-c'])], check_mode=True)
+    spec.validate()
+    assert not {'nodes', 'node_rank', 'dist_init_addr'} & set(spec.specs[0].desired)
+    assert '--nnodes' not in spec.specs[0].argv
+
+
+def test_a_unit_is_refused_without_check_mode_before_anything(fake_host):
+    with pytest.raises(
+        SpecError, match=r"^instance llama: nodes: \['node-c', 'node-d'\]: a server over several hosts is stopped, started and verified as one unit"
+    ):
+        fake_host.relaunch([unit()]).run()
     assert not os.path.exists(fake_host.state_dir)
 
 
@@ -271,6 +374,44 @@ def test_decide_and_the_check_mode_plan(fake_host, monkeypatch, mode, stored, ru
     assert supervisor.calls == []
 
 
+class OwningSupervisor(FakeSupervisor):
+    """A running server whose tree is pid 4321 (and only it)."""
+
+    def owns(self, pid, state):
+        return pid == 4321
+
+
+@pytest.mark.parametrize(
+    'held, action',
+    [
+        ({0: [(4321, 9000)], 1: [(4321, 9000)]}, 'unchanged'),
+        # a rank that lost a GPU's scheduler, or holds nothing at all: its dummy /health still answers 200
+        ({0: [(4321, 9000)]}, 'relaunch'),
+        ({}, 'relaunch'),
+    ],
+    ids=['its GPUs held by its tree', 'one GPU empty', 'nothing held'],
+)
+def test_a_node_of_rank_1_is_judged_by_what_its_tree_holds_never_by_its_dummy_health(fake_host, monkeypatch, held, action):
+    supervisor = OwningSupervisor(running=True)
+    monkeypatch.setattr(_instance.Instance, 'supervisor', lambda self, state, kind='auto': supervisor)
+    monkeypatch.setattr(_instance.Instance, 'health', lambda self, state, timeout=5.0: 200)
+    follower = unit(node_rank=1)
+    probe = fake_host.relaunch([follower], check_mode=True)
+    probe.validate()
+    state = dict(name='llama', supervisor='process', running=True, pid=4321, config=probe.specs[0].desired, config_hash=probe.specs[0].desired_hash())
+    os.makedirs(fake_host.state_dir, mode=0o700)
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), 'w', encoding='utf-8') as handle:
+        json.dump(state, handle)
+    fake_host.held = held
+    plan = fake_host.relaunch([follower], check_mode=True).run()
+    assert plan['instances'][0]['action'] == action
+    # Rank 0 is the real server: its /health decides.
+    fake_host.held = {}
+    leader = fake_host.relaunch([unit(node_rank=0)], check_mode=True)
+    leader.validate()
+    assert leader.serving(leader.specs[0], state, supervisor) is True
+
+
 def test_an_unchanged_instance_is_left_alone_by_a_real_run(fake_host, monkeypatch):
     """The no-change fast path: the lock is taken, nothing is stopped or started, changed is false."""
     supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same'), True, False, 200)
@@ -293,6 +434,34 @@ def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):
     # Released with its holder: the next one takes it at once.
     with host_lock.HostLock(str(tmp_path)):
         pass
+
+
+def test_a_unit_lease_holds_the_host_across_calls_and_lapses_by_itself(tmp_path, monkeypatch):
+    """The lease of a unit relaunch: taken by its first phase, renewed by the later ones, refusing every other relaunch
+    while it lives, released by the last phase, and lapsing by itself when its controller died."""
+    state_dir = str(tmp_path)
+    lease = host_lock.Lease(state_dir, 'run-1@node-c', 60)
+    with host_lock.HostLock(state_dir, lease.token):
+        lease.take()
+    with host_lock.HostLock(state_dir, lease.token):
+        lease.take(renew_only=True)  # a later phase of the same transaction
+    with pytest.raises(LaunchError, match=r'^a relaunch of a server over several hosts holds this host \(lease of run-1@node-c'):
+        host_lock.HostLock(state_dir).acquire()
+    with pytest.raises(LaunchError, match=r'lease of run-1@node-c'):
+        host_lock.HostLock(state_dir).probe()
+    other = host_lock.Lease(state_dir, 'run-2@node-c', 60)
+    with pytest.raises(LaunchError, match=r'^lease: another transaction holds this host \(lease of run-1@node-c'):
+        other.take()
+    assert lease.release() and not os.path.exists(os.path.join(state_dir, host_lock.LEASE_NAME))
+    with pytest.raises(LaunchError, match=r'^lease: run-1@node-c holds this host no more'):
+        lease.take(renew_only=True)
+    # A controller that died: its lease lapses at its expiry, and the host is free again.
+    lease.take()
+    real = host_lock.time.time
+    monkeypatch.setattr(host_lock.time, 'time', lambda: real() + 61)
+    with host_lock.HostLock(state_dir):
+        pass
+    other.take()
 
 
 def test_a_rollback_validates_through_the_shared_locked_nvml_session(fake_host, monkeypatch):
