@@ -22,7 +22,7 @@ UNIT: dict = dict(
     api_key=SECRET,
 )
 ADDRESSES = {'node-c': '10.0.0.3', 'node-d': '10.0.0.4'}
-PLAY = ['node-c', 'node-d', 'node-e']
+PLAY = ('node-c', 'node-d', 'node-e')
 
 
 def resolved(host: str, version: str = '0.5.23', **overrides) -> list:
@@ -31,8 +31,8 @@ def resolved(host: str, version: str = '0.5.23', **overrides) -> list:
     return found
 
 
-def problems(peer: list | None, play=PLAY, reachable=PLAY) -> list:
-    return sglang_server_unit_problems(resolved('node-c'), 'node-c', {'node-d': peer} if peer is not None else {}, play, reachable)
+def problems(peer: list | None, play: tuple | list = PLAY, reachable: tuple | list = PLAY) -> list:
+    return sglang_server_unit_problems(resolved('node-c'), 'node-c', {'node-d': peer} if peer is not None else {}, list(play), list(reachable))
 
 
 def test_nodes_that_agree_have_no_problem():
