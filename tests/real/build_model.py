@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 VOCAB_SIZE = 512
+# The context window, long enough that the drain test's request in flight (60,000 new tokens) outlasts the drain
+# however fast the machine decodes: the test aborts it once the drain is seen waiting for it.
+CONTEXT = 65536
 SPECIAL_TOKENS = ['<s>', '</s>', '<unk>', '<pad>']
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
@@ -56,7 +59,7 @@ def build_tokenizer(out: Path):
         eos_token='</s>',
         unk_token='<unk>',
         pad_token='<pad>',
-        model_max_length=2048,
+        model_max_length=CONTEXT,
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out))
@@ -75,7 +78,7 @@ def build_model(out: Path, tokenizer) -> None:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=CONTEXT,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -24,7 +24,7 @@ SGLANG_VERSION = '0.5.23'
 START_TIMEOUT = 900.0  # the real server took 93-174 s to serve on this kind of machine; bounded well above that
 SCHEDULER_MIB = 20480  # what the simulated NVML shows the real scheduler holding (tests/real/gpuhook)
 # What the real server needs on this machine (FACTS.md, "Real SGLang on CPU"); the same for every server started here.
-CPU_ARGS = {'device': 'cpu', 'attention-backend': 'torch_native', 'max-total-tokens': 8192, 'max-running-requests': 8}
+CPU_ARGS = {'device': 'cpu', 'attention-backend': 'torch_native', 'max-total-tokens': 65536, 'max-running-requests': 8}
 
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
