@@ -91,8 +91,7 @@ def sglang_tune_unit_problems(resolved_by_host: dict, play_hosts: list, restore_
             )
         elif not restore_only:
             problems.append(
-                '%s: the sweep does not yet run a unit as one trial slot (its nodes together); target the hosts without it '
-                '(-e target=... or --limit)' % what
+                '%s: the sweep does not yet run a unit as one trial slot (its nodes together); target the hosts without it (-e target=... or --limit)' % what
             )
     return problems
 
