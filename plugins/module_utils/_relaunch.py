@@ -305,13 +305,18 @@ class Relaunch:
     # ------------------------------------------------------------ deciding
 
     def decide(self, spec: InstanceSpec) -> str:
-        """What the instance needs: unchanged, start, relaunch, stop or nothing (already stopped)."""
+        """What the instance needs: unchanged, start, relaunch, stop, exited (recorded running, its processes gone by
+        themselves) or nothing (already stopped)."""
         state = self.states.get(spec.name)
         supervisor = self.supervisors[spec.name]
         running = bool(state) and supervisor.running(state)
         if self.state == 'stopped':
             if running or supervisor.leftovers(state):
                 return 'stop'
+            if state and state.get('running'):
+                # Recorded running, gone by itself: a node of a unit whose rank 0 stopped first ends on its own
+                # (SGLang exits a rank that loses its peers), or a crash. The record changes; its GPUs are waited on.
+                return 'exited'
             return 'nothing'
         if not running or not state:  # running implies a state; the second test tells mypy so
             return 'start'
@@ -418,7 +423,9 @@ class Relaunch:
             result['trial'] = trial_mark(self.trial, state, old_running)
         elif found_mark:
             result['replaced_trial'] = found_mark
-        wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
+        wording = dict(
+            start='would start', relaunch='would relaunch', stop='would stop', exited='already exited (would record it)', unchanged='unchanged', nothing='unchanged'
+        )
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
         if action == 'unchanged' and self.state != 'stopped':
             # An unchanged call rotates a running server's log that reached log_max_bytes: the relaunch playbook
