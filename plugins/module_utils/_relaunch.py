@@ -423,9 +423,8 @@ class Relaunch:
             result['trial'] = trial_mark(self.trial, state, old_running)
         elif found_mark:
             result['replaced_trial'] = found_mark
-        wording = dict(
-            start='would start', relaunch='would relaunch', stop='would stop', exited='already exited (would record it)', unchanged='unchanged', nothing='unchanged'
-        )
+        wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
+        wording['exited'] = 'already exited (would record it)'
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
         if action == 'unchanged' and self.state != 'stopped':
             # An unchanged call rotates a running server's log that reached log_max_bytes: the relaunch playbook

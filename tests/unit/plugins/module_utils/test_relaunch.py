@@ -445,9 +445,7 @@ def test_a_server_recorded_running_whose_processes_exited_is_recorded_stopped_an
         return [self.run_one(self.specs[0])]
 
     monkeypatch.setattr(relaunch.Relaunch, 'run_all', run_all)
-    monkeypatch.setattr(
-        instance_run, 'wait_clean', lambda nvml, indexes, max_used, timeout, interval: (waited.append(list(indexes)), 0.25, 2)
-    )
+    monkeypatch.setattr(instance_run, 'wait_clean', lambda nvml, indexes, max_used, timeout, interval: (waited.append(list(indexes)), 0.25, 2))
     result = job.run()
     row = result['instances'][0]
     assert (result['changed'], row['changed'], row['result'], row['action']) == (True, True, 'already exited', 'exited')
