@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._files import ensu
 from ansible_collections.gpufleet.sglang.plugins.module_utils._host_lock import HostLock, LockedNvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_run import InstanceRun, base_result, public, trial_mark
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import CONTROL_RE, SECRET_PARAMS, InstanceSpec, config_text
-from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, gpus_not_held
 from ansible_collections.gpufleet.sglang.plugins.module_utils._ports import port_holders
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SGLangProbe
@@ -344,11 +344,15 @@ class Relaunch:
         gpus = (state.get('config') or {}).get('gpus') or []
         if not gpus:
             return False
+
+        def owns(pid: int) -> bool:
+            return supervisor.owns(pid, state)
+
         if self.nvml is not None:
-            return all(any(supervisor.owns(p['pid'], state) for p in self.nvml.compute_processes(i)) for i in gpus)
+            return not gpus_not_held(self.nvml, gpus, owns)
         try:
             with Nvml() as nvml:
-                return all(any(supervisor.owns(p['pid'], state) for p in nvml.compute_processes(i)) for i in gpus)
+                return not gpus_not_held(nvml, gpus, owns)
         except NvmlError:
             return False
 
