@@ -70,7 +70,8 @@ def test_status_shows_the_unit_as_one_row_with_both_ranks(fleet):
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr
     rows = servers(out.stdout)
     unit = row(rows, 'node-c+node-d')
-    assert unit.split()[:5] == ['node-c+node-d', 'ds', str(fleet['vars']['node-c']['sglang_server_port']), '0,1+0,1', '%d+%d' % (started['node-c'], started['node-d'])]
+    port = str(fleet['vars']['node-c']['sglang_server_port'])
+    assert unit.split()[:5] == ['node-c+node-d', 'ds', port, '0,1+0,1', '%d+%d' % (started['node-c'], started['node-d'])]
     assert 'healthy (2 nodes)' in unit, rows
     assert 'healthy' in row(rows, 'gpu-a') and 'llama' in row(rows, 'gpu-a')
     # no row of a node of its own: the unit is one server
