@@ -92,7 +92,7 @@ def _unit_row(label: str, name: str, members: list) -> tuple[tuple[str, ...], li
     for stop in stops:
         if stop.get('signal') and stop['signal'] not in signals:
             signals.append(stop['signal'])
-    killed = ' '.join('%s:%s' % (host, ','.join(str(p) for p in _stopped(inst).get('killed'))) for host, inst in present if _stopped(inst).get('killed'))
+    killed = ' '.join('%s:%s' % (host, ','.join(str(p) for p in _stopped(inst).get('killed') or [])) for host, inst in present if _stopped(inst).get('killed'))
     cells = (
         '+'.join(signals) or '-',
         number(_most([s.get('seconds') for s in stops]), 1),
@@ -100,15 +100,15 @@ def _unit_row(label: str, name: str, members: list) -> tuple[tuple[str, ...], li
         killed or '-',
     )
     ranks = ['%s (rank %d) %s' % (host, rank, inst.get('result', '?') if isinstance(inst, dict) else 'no result') for rank, (host, inst) in enumerate(members)]
-    results = [inst.get('result', '?') if isinstance(inst, dict) else None for dummy, inst in members]
-    folded = set(FOLD.get(r, r) for r in results)
+    results: list[str | None] = [str(inst.get('result', '?')) if isinstance(inst, dict) else None for dummy, inst in members]
+    folded = set(FOLD.get(r, r) for r in results if r is not None)
     notes = ['%s/%s: %s' % (host, name, one_line(inst['message'])) for host, inst in present if inst.get('result') == 'failed' and inst.get('message')]
     if 'failed' in results:
         result = 'failed'
     elif None in results:
         result = 'partly stopped' if folded & {'stopped'} else MISSING
     elif len(folded) == 1:
-        result = folded.pop()
+        result = str(folded.pop())
     else:
         result = 'partly stopped'
     if len(set(results)) > 1:

@@ -340,7 +340,7 @@ class InstanceReader:
             pid=state.get('pid') if running else None,
             trial=state.get('trial') or None,
         )
-        config = state.get('config') if isinstance(state.get('config'), dict) else {}
+        config: dict = state['config'] if isinstance(state.get('config'), dict) else {}
         nodes = config.get('nodes')
         if isinstance(nodes, list) and len(nodes) > 1:
             out.update(nodes=nodes, node_rank=config.get('node_rank'))
