@@ -19,8 +19,8 @@ description:
   - A server over several hosts (the C(nodes) of its results, rank 0 first) is one row, its C(HOST) its nodes joined
     by C(+); C(SIGNAL) the signals its nodes were stopped by, C(STOP (s)) and C(GPUS CLEAN AFTER (s)) the longest of
     its nodes', C(SIGKILLED PIDS) each node's, as C(host:pids). Its result is V(stopped) when every node was stopped
-    or had V(already exited) (its processes had ended by themselves once rank 0 stopped: SGLang's ranks exit when
-    they lose a peer), V(failed) when any node failed, V(partly stopped) when the nodes differ otherwise or a node has
+    or had V(already exited) (its processes had ended by themselves before its own stop came, since rank 0's
+    shutdown stops every rank), V(failed) when any node failed, V(partly stopped) when the nodes differ otherwise or a node has
     no result; where the nodes' results differ, a line after the table says each rank's.
   - A host without a result (it failed before, or was skipped) gets a row saying so.
 seealso:
