@@ -144,3 +144,9 @@ def test_a_target_that_takes_one_node_of_the_unit_is_refused_before_anything_sto
     limited = run(fleet['inventory'], playbook, '--limit', 'node-c')
     assert limited.returncode != 0 and 'the target takes node-c but leaves out node-d' in ' '.join(limited.stdout.split()), limited.stdout[-4000:]
     assert pids(fleet) == started
+    # The whole unit targeted: done on both nodes, the host beside them untouched.
+    whole = run(fleet['inventory'], playbook, '-e', 'target=node-c,node-d', '-e', 'gpu_reset_install_python_deps=false')
+    assert whole.returncode == 0, whole.stdout[-6000:] + whole.stderr
+    for node in NODES:
+        assert not alive(started[node]) and clean(fleet['hosts'][node]), node
+    assert pid(fleet, 'gpu-a') == started['gpu-a']
