@@ -314,8 +314,8 @@ class Relaunch:
             if running or supervisor.leftovers(state):
                 return 'stop'
             if state and state.get('running'):
-                # Recorded running, gone by itself: a node of a unit whose rank 0 stopped first ends on its own
-                # (SGLang exits a rank that loses its peers), or a crash. The record changes; its GPUs are waited on.
+                # Recorded running, gone by itself: a node of a unit whose rank 0 stopped first (rank 0's shutdown
+                # stops every rank), or a crash. The record changes; its GPUs are waited on.
                 return 'exited'
             return 'nothing'
         if not running or not state:  # running implies a state; the second test tells mypy so
