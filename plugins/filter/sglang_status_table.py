@@ -20,6 +20,12 @@ description:
     relaunch's smoke generation (C(SMOKE TOK/S), C(SMOKE ACCEPT (tok/step)) in the relaunch summary).
   - Command lines are cut to O(cmdline_width) characters; the registered results of
     M(gpufleet.sglang.gpu_info) keep them whole.
+  - A server over several hosts (the C(nodes) that M(gpufleet.sglang.sglang_info) returns, rank 0 first) is one row,
+    its C(HOST) its nodes joined by C(+), its C(GPUS) and C(PID) each node's in the same order; its port, parameters,
+    figures and version are rank 0's, which is the server. It is C(healthy) when rank 0 answers C(/health) and every
+    other node runs with each of its GPUs held by its own processes (never judged by its dummy C(/health), which
+    answers 200 whatever its state); otherwise its health says C(not serving) and names each node, its rank and why
+    (not running, unhealthy, running but holding no GPU memory, not read when the node was not targeted or failed).
   - An instance that runs a trial of a sweep (the C(trial) mark of M(gpufleet.sglang.sglang_info), left by a
     C(tune.yml) that was interrupted) gets a line after the tables; the trial, the sweep, since when, what it ran
     before, and the two ways out (C(relaunch.yml), or C(tune.yml -e restore_only=true)).
@@ -59,6 +65,7 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tables import (
     CMDLINE_WIDTH,
     Row,
     align,
+    by_server,
     number,
     placeholder_row,
     process_text,
@@ -98,6 +105,56 @@ def _server_row(host: str, inst: dict) -> tuple[str, ...]:
     )
 
 
+def _rank_problem(host: str, rank: int, inst: dict | None) -> str | None:
+    """Why one node of a server over several hosts does not serve, or None when it does."""
+    where = '%s (rank %d)' % (host, rank)
+    if not isinstance(inst, dict):
+        return '%s not read' % where
+    if not inst.get('exists'):
+        return '%s has no state' % where
+    if not inst.get('running'):
+        return '%s not running' % where
+    if rank > 0 and inst.get('gpus_not_held'):
+        # Its dummy /health answers 200 whatever its state: what its tree holds says whether it serves.
+        return '%s runs (pid %s) but no process of it holds GPU %s' % (where, inst.get('pid'), ','.join(str(g) for g in inst['gpus_not_held']))
+    if not inst.get('healthy'):
+        return '%s %s' % (where, _health(inst))
+    return None
+
+
+def _unit_row(label: str, name: str, members: list) -> tuple[str, ...]:
+    """One row for a server over several hosts: rank 0's port, parameters and figures, every node's GPUs and launcher
+    (joined by '+', in rank order, as the nodes in HOST), and a health that names each node that does not serve."""
+    leader = members[0][1] if isinstance(members[0][1], dict) else {}
+    config = leader.get('config') or {}
+    spec = leader.get('speculative') if leader.get('speculative') is not None else config.get('speculative')
+    gpus, pids = [], []
+    for member in members:
+        inst = member[1] if isinstance(member[1], dict) else {}
+        gpus.append(','.join(str(g) for g in (inst.get('config') or {}).get('gpus') or []) or '-')
+        pids.append(str(inst.get('pid') or '-'))
+    problems = [p for p in (_rank_problem(host, rank, inst) for rank, (host, inst) in enumerate(members)) if p]
+    states = set(_health(inst) if isinstance(inst, dict) else 'not read' for dummy, inst in members)
+    if not problems:
+        health = 'healthy (%d nodes)' % len(members)
+    elif len(states) == 1 and states & {'stopped', 'no state'}:
+        health = states.pop()
+    else:
+        health = 'not serving: %s' % '; '.join(problems)
+    return (
+        label,
+        name,
+        str(config.get('port', '-')),
+        '+'.join(gpus),
+        '+'.join(pids),
+        speculative_text(spec),
+        health,
+        number(leader.get('accept_length'), 2),
+        number(leader.get('gen_throughput'), 1),
+        str(leader.get('version') or '-'),
+    )
+
+
 def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH, inventory: list | None = None) -> list[str]:
     require_mapping(status, 'sglang_status_table', '{gpus, instances}')
     width = int(cmdline_width)
@@ -110,9 +167,14 @@ def sglang_status_table(status: dict, cmdline_width: int = CMDLINE_WIDTH, invent
             gpu_rows.append((host, str(gpu.get('index')), str(gpu.get('used_mib')), str(gpu.get('total_mib')), holders))
         if not entry.get('gpus'):
             gpu_rows.append(placeholder_row(host, GPU_HEADER, 'no GPU information (the host failed or was skipped)'))
-        server_rows.extend(_server_row(host, inst) for inst in entry.get('instances') or [])
-        if not entry.get('instances'):
-            server_rows.append((host, '-', '-', '-', '-', '-', 'no SGLang instance', '-', '-', '-'))
+    instances = dict((h, (status[h] if isinstance(status[h], dict) else {}).get('instances')) for h in status)
+    for label, name, members in by_server(instances, lambda inst: inst.get('nodes') or (inst.get('config') or {}).get('nodes')):
+        if name is None:
+            server_rows.append((label, '-', '-', '-', '-', '-', 'no SGLang instance', '-', '-', '-'))
+        elif len(members) == 1 and members[0][0] == label:
+            server_rows.append(_server_row(label, members[0][1]))
+        else:
+            server_rows.append(_unit_row(label, name, members))
     notes = trial_notes(dict((h, (status[h] if isinstance(status[h], dict) else {}).get('instances')) for h in status), 'status', inventory)
     return align(gpu_rows, (1, 2, 3)) + [''] + align(server_rows, (2, 4, 7, 8)) + ([''] + notes if notes else [])
 

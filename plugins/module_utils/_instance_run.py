@@ -121,6 +121,9 @@ def base_result(spec: InstanceSpec, old_state: dict | None) -> dict:
         url=None,
         pid=(old_state or {}).get('pid'),
         unit=(old_state or {}).get('unit'),
+        # One node of a server over several hosts: its unit's nodes (rank 0 first) and its rank; null otherwise.
+        nodes=spec.nodes if spec.unit else None,
+        node_rank=spec.node_rank if spec.unit else None,
         supervisor=spec.desired.get('supervisor') if spec.desired else (old_state or {}).get('supervisor'),
         argv=None,
         speculative=None,
@@ -330,10 +333,15 @@ class InstanceRun:
             return result
         if state is None:
             raise RuntimeError('%s: decided %s without a recorded state' % (self.spec.name, action))
-        result.update(changed=True, result='stopped')
-        self.mark_trial(True)
+        result.update(changed=True, result='stopped' if action == 'stop' else 'already exited')
+        self.mark_trial(action == 'stop')
         self.mark('stop')
-        result['stopped'] = self.old.stop(state, self.spec.params['stop_timeout'])
+        if action == 'stop':
+            result['stopped'] = self.old.stop(state, self.spec.params['stop_timeout'])
+        else:
+            # Nothing of it is left to signal (decide() saw no process and no orphan): only the record changes.
+            result['stopped'] = dict(signal=None, seconds=0.0, killed=[])
+            result['message'] = 'its processes had already exited (recorded running, pid %s); recorded stopped' % state.get('pid')
         state.update(running=False, pid=None, previous=state.get('config'), stopped_at=now())
         self.write(state)
         result['stopped']['gpus_clean_after'] = self.wait_clean((state.get('config') or {}).get('gpus') or [])

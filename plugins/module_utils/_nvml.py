@@ -17,6 +17,7 @@ from __future__ import annotations
 import platform
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ansible.module_utils.basic import missing_required_lib
@@ -220,6 +221,14 @@ class Nvml:
                 proc.update(info.describe() if info else dict(cmdline=None, user=None, ppid=None, pgid=None, sid=None))
         state['processes'] = processes
         return state
+
+
+def gpus_not_held(nvml, indexes: list, owns: Callable[[int], bool]) -> list:
+    """The GPUs of ``indexes`` on which no process that ``owns(pid)`` claims holds a compute context (NVML).
+
+    How a node of rank >= 1 of a server over several hosts is judged: its dummy /health answers 200 whatever its
+    schedulers do (also hung after its peer died, SGLang #3099), so what it holds says whether it serves."""
+    return [index for index in indexes if not any(owns(proc['pid']) for proc in nvml.compute_processes(index))]
 
 
 def is_clean(state: dict, max_used_mib: int) -> bool:

@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._files import ensu
 from ansible_collections.gpufleet.sglang.plugins.module_utils._host_lock import HostLock, LockedNvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_run import InstanceRun, base_result, public, trial_mark
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import CONTROL_RE, SECRET_PARAMS, InstanceSpec, config_text
-from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError
+from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, gpus_not_held
 from ansible_collections.gpufleet.sglang.plugins.module_utils._ports import port_holders
 from ansible_collections.gpufleet.sglang.plugins.module_utils._procs import read_process
 from ansible_collections.gpufleet.sglang.plugins.module_utils._python_env import SGLangProbe
@@ -305,13 +305,18 @@ class Relaunch:
     # ------------------------------------------------------------ deciding
 
     def decide(self, spec: InstanceSpec) -> str:
-        """What the instance needs: unchanged, start, relaunch, stop or nothing (already stopped)."""
+        """What the instance needs: unchanged, start, relaunch, stop, exited (recorded running, its processes gone by
+        themselves) or nothing (already stopped)."""
         state = self.states.get(spec.name)
         supervisor = self.supervisors[spec.name]
         running = bool(state) and supervisor.running(state)
         if self.state == 'stopped':
             if running or supervisor.leftovers(state):
                 return 'stop'
+            if state and state.get('running'):
+                # Recorded running, gone by itself: a node of a unit whose rank 0 stopped first (rank 0's shutdown
+                # stops every rank), or a crash. The record changes; its GPUs are waited on.
+                return 'exited'
             return 'nothing'
         if not running or not state:  # running implies a state; the second test tells mypy so
             return 'start'
@@ -339,11 +344,15 @@ class Relaunch:
         gpus = (state.get('config') or {}).get('gpus') or []
         if not gpus:
             return False
+
+        def owns(pid: int) -> bool:
+            return supervisor.owns(pid, state)
+
         if self.nvml is not None:
-            return all(any(supervisor.owns(p['pid'], state) for p in self.nvml.compute_processes(i)) for i in gpus)
+            return not gpus_not_held(self.nvml, gpus, owns)
         try:
             with Nvml() as nvml:
-                return all(any(supervisor.owns(p['pid'], state) for p in nvml.compute_processes(i)) for i in gpus)
+                return not gpus_not_held(nvml, gpus, owns)
         except NvmlError:
             return False
 
@@ -419,6 +428,7 @@ class Relaunch:
         elif found_mark:
             result['replaced_trial'] = found_mark
         wording = dict(start='would start', relaunch='would relaunch', stop='would stop', unchanged='unchanged', nothing='unchanged')
+        wording['exited'] = 'already exited (would record it)'
         result.update(changed=action not in ('unchanged', 'nothing'), result=wording[action], action=action)
         if action == 'unchanged' and self.state != 'stopped':
             # An unchanged call rotates a running server's log that reached log_max_bytes: the relaunch playbook

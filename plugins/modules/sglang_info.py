@@ -17,6 +17,11 @@ description:
     it measured.
   - With O(smoke_max_tokens) it also sends one short generation to C(/generate) and reports its tokens
     per second and accept length. That adds one request to the server's load and changes nothing else.
+  - A node of rank 1 or more of a server over several hosts (its recorded C(nodes) name two hosts or more) runs no
+    HTTP server of its own but a dummy C(/health) that answers 200 whatever its schedulers do (also when they hang
+    after their peer died). It is judged by its process tree instead; C(healthy) when it runs and a process of its
+    own tree holds each of its GPUs (NVML), and neither C(/health) nor C(/server_info) is read. Rank 0 is the server
+    and is read as any other.
   - Read-only, it never reports changed. API keys are never returned; C(/server_info) fields that hold
     secrets are masked.
 extends_documentation_fragment:
@@ -63,6 +68,7 @@ options:
     default: Explain speculative decoding in one paragraph.
 requirements:
   - Python 3.9 or later on the managed host.
+  - nvidia-ml-py (pynvml) on the managed host, for a node of rank 1 or more of a server over several hosts only.
 notes:
   - Reading a unit's state needs C(systemctl) for instances run under the systemd supervisor.
 seealso:
@@ -118,9 +124,29 @@ instances:
       type: bool
       sample: true
     healthy:
-      description: Whether C(/health) answered 200.
+      description:
+        - Whether C(/health) answered 200.
+        - For a node of rank 1 or more of a server over several hosts, whether it runs and a process of its own tree
+          holds each of its GPUs (RV(instances[].gpus_not_held) empty); its C(/health) is not read.
       type: bool
       sample: true
+    nodes:
+      description: The hosts of the server over several hosts this instance is one node of, rank 0 first, as
+        M(gpufleet.sglang.sglang_launch) recorded them; null for a server on one host.
+      type: list
+      elements: str
+      sample: [node-c, node-d]
+    node_rank:
+      description: This node's rank in RV(instances[].nodes); null for a server on one host.
+      type: int
+      sample: 1
+    gpus_not_held:
+      description:
+        - For a running node of rank 1 or more of a server over several hosts, its GPUs on which no process of its own
+          tree holds a compute context (NVML), all of them when NVML could not be read; null for any other instance.
+      type: list
+      elements: int
+      sample: []
     health_status:
       description: HTTP status of C(/health); null when nothing answered.
       type: int
@@ -226,6 +252,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._instance import (
     read_instance,
     speculative_of,
 )
+from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml, NvmlError, gpus_not_held, pynvml
 from ansible_collections.gpufleet.sglang.plugins.module_utils._secrets import mask_server_info
 
 
@@ -248,6 +275,22 @@ class InstanceReader:
             self.module.fail_json(msg='state_dir: cannot read %s: %s' % (self.params['state_dir'], exc))
         # <name>.json is sglang_launch's state file; its other files have other suffixes.
         return sorted(entry[:-5] for entry in entries if entry.endswith('.json') and not entry.startswith('.'))
+
+    @staticmethod
+    def not_held(instance: Instance, state: dict, gpus: list) -> list:
+        """The GPUs of a running node of rank >= 1 that no process of its tree holds; all of them without NVML."""
+        if pynvml is None:
+            return list(gpus)
+        supervisor = instance.supervisor(state)
+
+        def owns(pid: int) -> bool:
+            return supervisor.owns(pid, state)
+
+        try:
+            with Nvml() as nvml:
+                return gpus_not_held(nvml, gpus, owns) if gpus else []
+        except NvmlError:
+            return list(gpus)
 
     def read(self, name: str) -> dict:
         instance = Instance(name, self.params['state_dir'])
@@ -274,6 +317,9 @@ class InstanceReader:
             server_info=None,
             smoke=None,
             trial=None,
+            nodes=None,
+            node_rank=None,
+            gpus_not_held=None,
             error=None,
         )
         state, out['error'] = read_instance(instance)
@@ -294,6 +340,15 @@ class InstanceReader:
             pid=state.get('pid') if running else None,
             trial=state.get('trial') or None,
         )
+        config: dict = state['config'] if isinstance(state.get('config'), dict) else {}
+        nodes = config.get('nodes')
+        if isinstance(nodes, list) and len(nodes) > 1:
+            out.update(nodes=nodes, node_rank=config.get('node_rank'))
+            if (config.get('node_rank') or 0) > 0:
+                if running:
+                    out['gpus_not_held'] = self.not_held(instance, state, config.get('gpus') or [])
+                    out['healthy'] = not out['gpus_not_held']
+                return out
         if not running or not instance.probe_url(state):
             return out
         timeout = self.params['timeout']

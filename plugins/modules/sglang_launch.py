@@ -533,8 +533,12 @@ instances:
       sample: llama
     result:
       description:
-        - What happened; V(unchanged), V(started), V(relaunched), V(stopped), V(rolled back) or V(failed);
-          in check mode V(would start), V(would relaunch) or V(would stop).
+        - What happened; V(unchanged), V(started), V(relaunched), V(stopped), V(already exited), V(rolled back) or
+          V(failed); in check mode V(would start), V(would relaunch), V(would stop) or V(already exited (would record it)).
+        - V(already exited) (O(state=stopped) only) is a server recorded running whose processes had all exited by
+          themselves before the stop came (a node of a server over several hosts whose rank 0 stopped first, or a
+          crash); nothing was signalled, the record says stopped (so C(changed) is true), and its GPUs were waited
+          on until clean as after a stop (RV(instances[].gpus_clean_after)).
       type: str
       sample: relaunched
     changed:
@@ -570,6 +574,16 @@ instances:
       description: The systemd unit, with the systemd supervisor; null otherwise.
       type: str
       sample: sglang-llama.service
+    nodes:
+      description: The hosts of the server over several hosts this instance is one node of, rank 0 first; null for a
+        server on one host.
+      type: list
+      elements: str
+      sample: [node-c, node-d]
+    node_rank:
+      description: This node's rank in RV(instances[].nodes); null for a server on one host.
+      type: int
+      sample: 1
     supervisor:
       description: The supervisor used (V(auto) resolved).
       type: str

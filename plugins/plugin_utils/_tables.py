@@ -102,3 +102,39 @@ def instance_table(reports, table: str, what: str, header: Row, right: Iterable[
             if inst.get('message'):
                 notes.append('%s/%s: %s' % (host, name, one_line(inst['message'])))
     return align(rows, right) + notes
+
+
+def unit_nodes(nodes) -> list[str] | None:
+    """`nodes` when it names the hosts of a server over several hosts (two or more), else None."""
+    if isinstance(nodes, (list, tuple)) and len(nodes) > 1 and all(isinstance(n, str) for n in nodes):
+        return list(nodes)
+    return None
+
+
+def by_server(reports: dict, nodes_of: Callable[[dict], list | None]) -> list[tuple[str, str | None, list]]:
+    """The servers of `reports` (host to its list of instances, or anything else for a host without one), in host order.
+
+    Each entry is (label, instance name, members): a server on one host is (host, name, [(host, instance)]); a server
+    over several hosts (``nodes_of(instance)`` names its nodes, rank 0 first) is one entry, labelled with its nodes
+    joined by '+', at the place of its first node in host order, its members every node in rank order, with None for
+    a node that has no result. A host without a list (or with an empty one) is (host, None, []).
+    """
+    entries: list[tuple[str, str | None, list]] = []
+    units: dict[tuple, dict] = {}
+    for host in sorted(reports):
+        instances = reports[host]
+        if not isinstance(instances, list) or not instances:
+            entries.append((host, None, []))
+            continue
+        for inst in instances:
+            name = str(inst.get('name', '?'))
+            nodes = unit_nodes(nodes_of(inst))
+            if not nodes or host not in nodes:
+                entries.append((host, name, [(host, inst)]))
+                continue
+            key = (name, tuple(nodes))
+            if key not in units:
+                units[key] = dict((node, None) for node in nodes)
+                entries.append(('+'.join(nodes), name, key))  # type: ignore[arg-type]  # members filled in below
+            units[key][host] = inst
+    return [(label, name, list(units[members].items()) if isinstance(members, tuple) else members) for label, name, members in entries]

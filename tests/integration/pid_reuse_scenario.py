@@ -97,7 +97,7 @@ def main() -> int:
     report['pids'] = [server, stranger.pid]
     wait_for(lambda: leads_a_session_as(stranger.pid, b'sleep'), what='the stranger to lead its session, running sleep')
     stopped = host.launch(dict(args, state='stopped'))
-    report['stopped'] = dict(failed=stopped.get('failed'), changed=stopped.get('changed'), msg=stopped.get('msg'))
+    report['stopped'] = dict(failed=stopped.get('failed'), changed=stopped.get('changed'), result=stopped.get('result'), msg=stopped.get('msg'))
     report['stranger_alive_after_stop'] = stranger.poll() is None and alive(stranger.pid)
     relaunched = host.launch(args)
     report['relaunched'] = dict(failed=relaunched.get('failed'), result=relaunched.get('result'), msg=relaunched.get('msg'))

@@ -370,7 +370,11 @@ def test_a_reused_session_id_is_never_signalled(host, sglang):
                 f,
             )
         stopped = host.launch(dict(sglang, state='stopped'))
-        assert not stopped['failed'] and not stopped['changed'], stopped
+        # The server had died: nothing of it to signal, only its record changes (recorded running, now stopped).
+        assert not stopped['failed'] and stopped['changed'] and stopped['result'] == 'already exited', stopped
+        assert stopped['stopped']['signal'] is None and stopped['stopped']['killed'] == [], stopped
+        assert stranger.poll() is None, 'the process that reused the session id was signalled'
+        assert not host.launch(dict(sglang, state='stopped'))['changed']
         started = host.launch(sglang)
         assert started['changed'] and started['result'] == 'started', started.get('msg')
         assert stranger.poll() is None, 'the process that reused the session id was signalled'

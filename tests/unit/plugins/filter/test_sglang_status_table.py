@@ -91,6 +91,67 @@ CASES = [
 ]
 
 
+# A server over two hosts: rank 0 on node-c is the server, rank 1 on node-d runs schedulers and a dummy /health.
+NODES = ['node-c', 'node-d']
+RANK_0 = dict(HEALTHY, name='ds', nodes=NODES, node_rank=0, pid=21, config=dict(port=30000, gpus=[0, 1], nodes=NODES, node_rank=0))
+RANK_1 = dict(name='ds', exists=True, running=True, healthy=True, pid=31, nodes=NODES, node_rank=1, gpus_not_held=[], config=dict(port=30000, gpus=[0, 1]))
+SINGLE = dict(HEALTHY, name='llama', pid=9)
+UNIT_HEADER = 'HOST           INSTANCE   PORT  GPUS     PID    SPECULATIVE   HEALTH%s  SERVER ACCEPT (tok/step)  SERVER TOK/S  VERSION'
+
+
+def unit_rows(rank_0: dict | None, rank_1: dict | None) -> list[str]:
+    """The servers table of gpu-a (one host) and the unit, with rank 0 and rank 1 as given (None: not read)."""
+    status = {'gpu-a': dict(gpus=GPUS, instances=[SINGLE])}
+    for host, inst in (('node-c', rank_0), ('node-d', rank_1)):
+        if inst is not None:
+            status[host] = dict(gpus=GPUS, instances=[inst])
+    lines = sglang_status_table(status)
+    return lines[lines.index('') + 1 :]
+
+
+UNIT_CASES = [
+    pytest.param(RANK_0, RANK_1, 'healthy (2 nodes)', '0,1+0,1  21+31', id='both-ranks-serve'),
+    pytest.param(
+        RANK_0,
+        dict(RANK_1, running=False, healthy=False, pid=None, gpus_not_held=None),
+        'not serving: node-d (rank 1) not running',
+        '0,1+0,1  21+-',
+        id='rank-1-down',
+    ),
+    pytest.param(
+        RANK_0,
+        dict(RANK_1, healthy=False, gpus_not_held=[1]),
+        'not serving: node-d (rank 1) runs (pid 31) but no process of it holds GPU 1',
+        '0,1+0,1  21+31',
+        id='rank-1-alive-but-holding-nothing-on-a-gpu',
+    ),
+    pytest.param(
+        dict(RANK_0, healthy=False, health_status='HTTP 503'),
+        RANK_1,
+        'not serving: node-c (rank 0) unhealthy (HTTP 503)',
+        '0,1+0,1  21+31',
+        id='rank-0-unhealthy-rank-1-hung-looks-fine',
+    ),
+    pytest.param(RANK_0, None, 'not serving: node-d (rank 1) not read', '0,1+-  21+-', id='rank-1-not-targeted'),
+]
+
+
+@pytest.mark.parametrize('rank_0, rank_1, health, pids', UNIT_CASES)
+def test_a_server_over_two_hosts_is_one_row_with_its_ranks(rank_0, rank_1, health, pids):
+    rows = unit_rows(rank_0, rank_1)
+    assert len(rows) == 3, rows
+    assert rows[1].startswith('gpu-a  ') and 'llama' in rows[1]
+    assert rows[2].startswith('node-c+node-d  ds   ') and '30000  %s' % pids in rows[2], rows
+    assert health in rows[2] and 'EAGLE3 3/1/4' in rows[2] and rows[2].endswith('2.60          27.0  0.5.23'), rows
+    assert not any(r.startswith(('node-c ', 'node-d ')) for r in rows), rows
+
+
+def test_a_stopped_unit_is_one_stopped_row():
+    down = dict(running=False, healthy=False, pid=None, speculative=None, accept_length=None, gen_throughput=None, version=None)
+    rows = unit_rows(dict(RANK_0, **down), dict(RANK_1, **down))
+    assert rows[2].split() == ['node-c+node-d', 'ds', '30000', '0,1+0,1', '-+-', '-', 'stopped', '-', '-', '-']
+
+
 @pytest.mark.parametrize('status, options, expected', CASES)
 def test_sglang_status_table(status, options, expected):
     assert sglang_status_table(status, **options) == expected

@@ -328,10 +328,20 @@ DECISIONS = {
     'stopped, running: stop': ('stopped', dict(hash='same'), True, False, 200, 'stop'),
     'stopped, orphans left: stop': ('stopped', dict(hash='same'), False, True, None, 'stop'),
     'stopped, nothing left: nothing': ('stopped', dict(hash='same'), False, False, None, 'nothing'),
+    # a node of a unit whose rank 0 stopped first: its processes ended by themselves, the record still says running
+    'stopped, recorded running, its processes gone: exited': ('stopped', dict(hash='same', recorded_running=True), False, False, None, 'exited'),
+    'started, recorded running, its processes gone: start': ('started', dict(hash='same', recorded_running=True), False, False, None, 'start'),
     'a trial runs, a call without trial: relaunch even when the same': ('started', dict(hash='same', trial=True), True, False, 200, 'relaunch'),
     'a trial ran, stopped, a call without trial: start': ('started', dict(hash='same', trial=True), False, False, None, 'start'),
 }
-WORDING = {'start': 'would start', 'relaunch': 'would relaunch', 'stop': 'would stop', 'unchanged': 'unchanged', 'nothing': 'unchanged'}
+WORDING = {
+    'start': 'would start',
+    'relaunch': 'would relaunch',
+    'stop': 'would stop',
+    'exited': 'already exited (would record it)',
+    'unchanged': 'unchanged',
+    'nothing': 'unchanged',
+}
 
 
 def recorded_host(fake_host, monkeypatch, stored, running, leftovers, health) -> FakeSupervisor:
@@ -345,7 +355,7 @@ def recorded_host(fake_host, monkeypatch, stored, running, leftovers, health) ->
         state = dict(
             name='llama',
             supervisor='process',
-            running=running,
+            running=stored.get('recorded_running', running),
             pid=4321,
             config=probe.specs[0].desired,
             config_hash=probe.specs[0].desired_hash() if stored['hash'] == 'same' else 'another',
@@ -422,6 +432,33 @@ def test_an_unchanged_instance_is_left_alone_by_a_real_run(fake_host, monkeypatc
     assert supervisor.calls == []
     with open(os.path.join(fake_host.state_dir, 'llama.json'), encoding='utf-8') as handle:
         assert 'relaunch' not in json.load(handle)
+
+
+def test_a_server_recorded_running_whose_processes_exited_is_recorded_stopped_and_its_gpus_waited_on(fake_host, monkeypatch):
+    """The race of a unit's stop: rank 1's processes end on their own once rank 0 stopped, before rank 1's own stop."""
+    supervisor = recorded_host(fake_host, monkeypatch, dict(hash='same', recorded_running=True), False, False, None)
+    job = fake_host.relaunch([instance()], state='stopped')
+    waited = []
+
+    def run_all(self):
+        self.nvml = object()  # the session run_all opens; wait_clean below stands in for NVML
+        return [self.run_one(self.specs[0])]
+
+    monkeypatch.setattr(relaunch.Relaunch, 'run_all', run_all)
+    monkeypatch.setattr(instance_run, 'wait_clean', lambda nvml, indexes, max_used, timeout, interval: (waited.append(list(indexes)), 0.25, 2))
+    result = job.run()
+    row = result['instances'][0]
+    assert (result['changed'], row['changed'], row['result'], row['action']) == (True, True, 'already exited', 'exited')
+    assert 'already exited' in row['message'] and 'pid 4321' in row['message']
+    assert row['stopped'] == dict(signal=None, seconds=0.0, killed=[], gpus_clean_after=0.25) and row['gpus_clean_after'] == 0.25
+    assert waited == [[0]] and supervisor.calls == []  # nothing signalled, its GPU waited on
+    assert not result.get('failed')
+    with open(os.path.join(fake_host.state_dir, 'llama.json'), encoding='utf-8') as handle:
+        stored = json.load(handle)
+    assert (stored['running'], stored['pid'], 'relaunch' in stored) == (False, None, False)
+    # Again: the record says stopped, nothing left; unchanged.
+    again = fake_host.relaunch([instance()], state='stopped').run()
+    assert (again['changed'], again['instances'][0]['result']) == (False, 'unchanged')
 
 
 def test_host_lock_refuses_at_once_naming_the_holder(tmp_path):

@@ -146,3 +146,37 @@ def test_a_table_of_anything_but_a_mapping_is_refused_by_name(value):
         _tables.require_mapping(value, 'test_table', 'reports')
     with pytest.raises(AnsibleFilterError, match='^test_table expects'):
         _tables.instance_table(value, 'test_table', 'reports', HEADER, (), 'nothing', figure)
+
+
+NODES = ['node-c', 'node-d']
+BY_SERVER = [
+    # (reports, expected entries: (label, name, members as (host, instance name or None)))
+    ({}, []),
+    (
+        # one server over two hosts, at the place of its first node; a host of its own before and after; a host
+        # without a list
+        {
+            'node-d': [dict(name='ds', nodes=NODES)],
+            'gpu-a': [dict(name='llama')],
+            'node-c': [dict(name='ds', nodes=NODES), dict(name='small', nodes=[])],
+            'zz': None,
+        },
+        [
+            ('gpu-a', 'llama', [('gpu-a', 'llama')]),
+            ('node-c+node-d', 'ds', [('node-c', 'ds'), ('node-d', 'ds')]),
+            ('node-c', 'small', [('node-c', 'small')]),
+            ('zz', None, []),
+        ],
+    ),
+    # rank 0 without a result: the unit's members still in rank order, None for it
+    ({'node-d': [dict(name='ds', nodes=NODES)], 'node-c': []}, [('node-c', None, []), ('node-c+node-d', 'ds', [('node-c', None), ('node-d', 'ds')])]),
+    # nodes that do not name the host, or name one host, are no unit of it
+    ({'gpu-a': [dict(name='x', nodes=NODES), dict(name='y', nodes=['gpu-a'])]}, [('gpu-a', 'x', [('gpu-a', 'x')]), ('gpu-a', 'y', [('gpu-a', 'y')])]),
+]
+
+
+@pytest.mark.parametrize('reports, expected', BY_SERVER)
+def test_by_server_makes_one_entry_of_a_server_over_several_hosts(reports, expected):
+    entries = _tables.by_server(reports, lambda inst: inst.get('nodes'))
+    named = [(label, name, [(host, inst.get('name') if isinstance(inst, dict) else None) for host, inst in members]) for label, name, members in entries]
+    assert named == expected
