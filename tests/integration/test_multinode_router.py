@@ -128,6 +128,33 @@ def test_a_unit_is_one_worker_and_its_rolling_relaunch_under_load_fails_no_reque
     assert sorted(w['url'] for w in workers) == sorted([url(fleet, 'gpu-a'), url(fleet, 'node-c')]), workers
     assert all(w['is_healthy'] for w in workers), workers
 
+    # Again: nothing changes, nothing leaves the router (the same worker ids).
+    ids = sorted(w['id'] for w in router.workers())
+    relaunched = dict((name, pid(fleet, name)) for name in HOSTS)
+    again = run(fleet['routed'], 'relaunch.yml', '-e', 'steps=3')
+    assert again.returncode == 0 and all(c['changed'] == 0 for c in recap(again.stdout).values()), again.stdout[-4000:]
+    assert all(r.endswith('unchanged') for r in table(again.stdout)[1:]), table(again.stdout)
+    assert sorted(w['id'] for w in router.workers()) == ids
+    assert dict((name, pid(fleet, name)) for name in HOSTS) == relaunched
+
+    # Only rank 1's own environment changes: rank 0's check finds its own configuration unchanged, yet the unit is
+    # relaunched on both nodes, so rank 0 leaves its router and drains first (its row has a drain time).
+    inventory = json.loads(fleet['routed'].read_text())
+    node_d = inventory['gpu_servers']['children']['unit_ds']['hosts']['node-d']
+    node_d['sglang_server_environment'] = dict(UNIT_ENVIRONMENT, NCCL_SOCKET_IFNAME='lo')
+    fleet['routed'].write_text(json.dumps(inventory, indent=2))
+    out = run(fleet['routed'], 'relaunch.yml', '-e', 'steps=3')
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr
+    rows = table(out.stdout)
+    for node in NODES:
+        assert pid(fleet, node) != relaunched[node], node
+        assert next(r for r in rows if r.startswith('%s ' % node)).endswith('relaunched'), rows
+    assert next(r for r in rows if r.startswith('gpu-a ')).endswith('unchanged'), rows
+    at = rows[0].index('DRAIN (s)')
+    drain = next(r for r in rows if r.startswith('node-c '))[at : at + len('DRAIN (s)')].strip()
+    assert float(drain) >= 0, rows
+    assert sorted(w['url'] for w in router.workers()) == sorted([url(fleet, 'gpu-a'), url(fleet, 'node-c')])
+
 
 def test_a_unit_whose_rank_0_cannot_leave_is_left_alone_on_every_node(fleet):
     """gpu-a and the unit in one batch (two slots) would take both of the router's workers out at once: each passes the
