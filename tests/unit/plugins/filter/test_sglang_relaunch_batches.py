@@ -41,7 +41,13 @@ def batches(hosts: list[str], sizes: list[int]) -> list[list[str]]:
         (['node-c', 'gpu-a', 'node-d', 'gpu-b'], [DS], 2, [3, 1], []),
         (['node-c', 'gpu-a', 'node-d', 'gpu-b'], [DS], 1, [3, 1], ['instance ds (nodes node-c, node-d)']),
         # interleaved units are one stretch: both named when it does not fit
-        (['node-c', 'node-e', 'node-d', 'node-f', 'node-g'], [DS, KIMI], 1, [5], ['instance ds (nodes node-c, node-d)', 'instance kimi (nodes node-e, node-f, node-g)']),
+        (
+            ['node-c', 'node-e', 'node-d', 'node-f', 'node-g'],
+            [DS, KIMI],
+            1,
+            [5],
+            ['instance ds (nodes node-c, node-d)', 'instance kimi (nodes node-e, node-f, node-g)'],
+        ),
         (['node-c', 'node-e', 'node-d', 'node-f', 'node-g'], [DS, KIMI], 2, [5], []),
         # units sharing a host (two instances over several hosts on node-d) are one slot
         (['node-c', 'node-d', 'node-e', 'gpu-a'], [DS, dict(name='small', nodes=['node-d', 'node-e'])], 1, [3, 1], []),
