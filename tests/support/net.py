@@ -10,12 +10,20 @@ import socket
 import urllib.error
 import urllib.request
 
+# Every port free_port gave in this process: the kernel may hand a closed port out again at once, and one inventory
+# takes several (each server's, a rendezvous port) before anything listens on them.
+_GIVEN: set[int] = set()
+
 
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+    """A TCP port of 127.0.0.1 that nothing listens on now, never one this process was given before."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(('127.0.0.1', 0))
+            port = sock.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def http_request(url: str, body: object = None, key: str | None = None, method: str | None = None, timeout: float = 30) -> tuple[int | None, bytes]:
