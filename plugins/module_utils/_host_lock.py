@@ -111,7 +111,7 @@ class HostLock:
 
 
 class Lease:
-    """The host's part in a transaction of several module calls (a server over several hosts: stop, start, verify,
+    """The host's part in a transaction of several module calls (a server over several hosts: stop, start, join, verify,
     commit on every node), which the flock of one call cannot cover: <state_dir>/relaunch.lease, with the
     transaction's token and an expiry. Each call takes the flock, checks the lease is its own (or takes it when there
     is none, or it has lapsed), renews it and goes on; the last call removes it. A controller that dies leaves a lease

@@ -16,9 +16,13 @@ stop    each node's old server by ownership (SIGTERM, then SIGKILL of its whole 
 start   every node's new server, not waiting: SGLang's rendezvous at --dist-init-addr waits --dist-timeout for every
         rank (rank 0 hosts the TCP store, the other ranks retry connecting to it), so the ranks are started together,
         within one task, and the waiting is the next phase's;
-verify  rank 0 as any server (/health_generate, /server_info with nnodes and node_rank, the smoke generation);
-        a rank >= 1 by its process alive and NVML memory held on every one of its GPUs by its own tree, never by its
-        dummy /health;
+join    every rank >= 1 waits, on its own node, until it has loaded (its dummy /health, which SGLang starts once the
+        node's schedulers are ready, answers) and its process holds memory on every one of its GPUs (NVML, its own
+        tree; the /health alone answers 200 also when hung), and fails at once if it dies; rank 0 is only checked alive. A
+        rank that crashes while loading so fails the unit as soon as it dies, rather than after rank 0 waited its
+        ready_timeout for a rendezvous that will never complete;
+verify  rank 0 as any server (/health_generate, /server_info with nnodes and node_rank, the smoke generation), its
+        ready_timeout counted from the start phase; a rank >= 1 checked again, alive and holding its GPUs;
 commit  every node still serves (rank 0 /health, the others their memory): the configuration is recorded as the
         last known good one, and the row of the relaunch is returned;
 release the lease goes.
@@ -45,7 +49,7 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml
 if TYPE_CHECKING:
     from ansible_collections.gpufleet.sglang.plugins.module_utils._relaunch import Relaunch
 
-PHASES = ('stop', 'start', 'verify', 'commit', 'release')
+PHASES = ('stop', 'start', 'join', 'verify', 'commit', 'release')
 # How often a rank >= 1 is looked at while it loads (its processes and its GPUs' memory).
 FOLLOWER_POLL = 0.2
 
@@ -121,7 +125,7 @@ class UnitPhase:
                 relaunch.nvml = LockedNvml(nvml)
                 with ThreadPoolExecutor(max_workers=len(relaunch.specs)) as pool:
                     rows = list(pool.map(self.one, relaunch.specs))
-        out = dict(changed=self.phase != 'verify', instances=rows)
+        out = dict(changed=self.phase not in ('join', 'verify'), instances=rows)
         if any(r['result'] == 'failed' for r in rows):
             out['failed'] = True
             out['msg'] = '; '.join('%s [instance %s, rank %s]' % (r['message'], r['name'], r.get('node_rank')) for r in rows if r['result'] == 'failed')
@@ -185,21 +189,51 @@ class UnitPhase:
         txn['started_mono'] = time.monotonic()
         txn['pid'] = state.get('pid')
 
-    def verify(self, run: InstanceRun, spec: InstanceSpec, txn: dict) -> None:
-        state = run.state
-        if not state or not state.get('running'):
-            raise LaunchError('the SGLang server %s was not started on this node' % spec.name)
+    def join(self, run: InstanceRun, spec: InstanceSpec, txn: dict) -> None:
+        state = self.started(spec, run)
         supervisor = self.relaunch.new_supervisor(spec)
-        offset = int(state.get('log_offset') or 0)
-        start = time.monotonic()
         if spec.node_rank == 0:
+            if not supervisor.running(state):
+                time.sleep(0.2)  # let the last lines reach the log
+                offset = int(state.get('log_offset') or 0)
+                raise log_failure(spec, offset, 'the SGLang server %s (rank 0) exited during startup' % spec.name, supervisor.describe_exit(state))
+            return
+        self.wait_follower(run, spec, txn, state, supervisor)
+
+    def verify(self, run: InstanceRun, spec: InstanceSpec, txn: dict) -> None:
+        state = self.started(spec, run)
+        supervisor = self.relaunch.new_supervisor(spec)
+        if spec.node_rank == 0:
+            offset = int(state.get('log_offset') or 0)
             run.result['speculative'] = dict(spec.speculative)
-            run.wait_ready(spec, supervisor, state, lambda: supervisor.running(state), start, offset, None)
+            run.wait_ready(spec, supervisor, state, lambda: supervisor.running(state), self.since(txn), offset, None)
             run.verify(spec, state)
             run.gate_smoke(spec, state)
             txn.update(seconds_to_ready=state.get('seconds_to_ready'), smoke=run.result.get('smoke'), new=run.result.get('new'))
             txn['speculative'] = run.result.get('speculative')
             return
+        # Joined already: still alive and holding its GPUs (it returns at once), or it failed since.
+        self.wait_follower(run, spec, txn, state, supervisor)
+
+    @staticmethod
+    def started(spec: InstanceSpec, run: InstanceRun) -> dict:
+        state = run.state
+        if not state or not state.get('running'):
+            raise LaunchError('the SGLang server %s was not started on this node' % spec.name)
+        return state
+
+    @staticmethod
+    def since(txn: dict) -> float:
+        """When this node's server was started (the start phase; CLOCK_MONOTONIC is the host's, across processes):
+        ready_timeout and seconds_to_ready count from there, whichever phase waits."""
+        started = txn.get('started_mono')
+        return float(started) if isinstance(started, (int, float)) and started <= time.monotonic() else time.monotonic()
+
+    def wait_follower(self, run: InstanceRun, spec: InstanceSpec, txn: dict, state: dict, supervisor) -> None:
+        """Until a rank >= 1 has loaded (its dummy /health answers) and holds memory on each of its GPUs with its
+        process alive; fails at once if it exits. Its /health is never trusted alone: it answers 200 when hung."""
+        offset = int(state.get('log_offset') or 0)
+        start = self.since(txn)
         deadline = start + spec.params['ready_timeout']
         while True:
             if not supervisor.running(state):
@@ -207,10 +241,14 @@ class UnitPhase:
                 raise log_failure(
                     spec, offset, 'the SGLang server %s (rank %d) exited during startup' % (spec.name, spec.node_rank), supervisor.describe_exit(state)
                 )
-            if self.relaunch.serving(spec, state, supervisor):
-                state['seconds_to_ready'] = round(time.monotonic() - start, 3)
-                run.write(state)
-                txn['seconds_to_ready'] = state['seconds_to_ready']
+            # Its dummy /health starts only once every scheduler of the node has finished loading (SGLang's engine
+            # waits for them, then launches it), so its first answer marks the end of the node's start; its memory
+            # alone would pass as soon as the weights are in, before the KV cache and a crash there.
+            if self.relaunch.serving(spec, state, supervisor) and spec.instance.health(state) == 200:
+                if 'seconds_to_ready' not in txn:
+                    state['seconds_to_ready'] = round(time.monotonic() - start, 3)
+                    run.write(state)
+                    txn['seconds_to_ready'] = state['seconds_to_ready']
                 return
             if time.monotonic() >= deadline:
                 raise log_failure(

@@ -426,14 +426,18 @@ options:
       - V(stop) stops each node's old server by ownership (SIGTERM, then SIGKILL of its whole tree after its stop
         timeout, which ends a rank that hangs after its peer died) and waits until the node's GPUs are clean; V(start)
         starts the new one without waiting (SGLang's rendezvous waits for every rank, so the ranks start together);
-        V(verify) waits until rank 0 serves (C(/server_info) with C(nnodes) and C(node_rank), the smoke generation) and
-        until a rank 1 or more holds memory on each of its GPUs with its process alive, never by its C(/health);
+        V(join) waits until every rank 1 or more has loaded (its dummy C(/health), which SGLang starts once the node's
+        schedulers are ready, answers) and holds memory on each of its GPUs with its process alive, and fails at once
+        when one exits (rank 0 is only checked alive), so that a rank that crashes while loading fails the unit then, not
+        after rank 0's O(instances[].ready_timeout);
+        V(verify) waits until rank 0 serves (C(/server_info) with C(nnodes) and C(node_rank), the smoke generation),
+        its O(instances[].ready_timeout) counted from V(start), and checks every other rank again;
         V(commit) checks every node still serves, records the configuration as the last known good one and returns
         the instance's row; V(release) gives the lease back.
       - A node failing any phase fails the phase there (its row says why, its rank first); the role then runs the
         phases again with O(unit_config=good) on every node of the unit.
     type: str
-    choices: [stop, start, verify, commit, release]
+    choices: [stop, start, join, verify, commit, release]
   unit_config:
     description: With O(unit_phase), V(new) the configuration given, V(good) each instance's last known good one (a rollback).
     type: str

@@ -26,7 +26,9 @@ UNIT_ENVIRONMENT = dict(PYTHONPATH=SERVER_PATH, SGLANG_HEALTH_CHECK_TIMEOUT='1')
 @pytest.fixture
 def fleet(make_host, tmp_path):
     hosts = dict((name, make_host(name, gpu_count=2)) for name in ('gpu-a',) + NODES)
-    quick = dict(sglang_server_ready_timeout=30)
+    # An upper bound only (a loaded machine is slow to start even a simulated server): a rank that crashes fails the
+    # unit when it dies (the join phase), never by this timeout.
+    quick = dict(sglang_server_ready_timeout=120)
     made = unit_inventory(tmp_path / 'inventory.json', hosts, dict(sglang_server_environment=UNIT_ENVIRONMENT), {'node-c': quick, 'node-d': quick})
     made.update(hosts=hosts)
     yield made
@@ -119,6 +121,8 @@ def test_rank_1_crashing_at_start_rolls_the_unit_back_on_both_nodes(fleet):
     # the row says which rank (host) failed and why
     said = ' '.join(rows)
     assert 'node-d (rank 1: ' in said and 'illegal memory access' in said, out.stdout[-8000:]
+    # failed when rank 1 died (the join phase), not when rank 0 gave up waiting for its rendezvous
+    assert 'node-c (rank 0' not in said and 'ready_timeout' not in said, out.stdout[-8000:]
     assert server_info(fleet)['speculative_num_steps'] == 2
     # the single host went on to 3 steps
     assert next(r for r in rows if r.startswith('gpu-a ')).endswith('relaunched')

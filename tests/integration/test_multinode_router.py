@@ -26,7 +26,7 @@ UNIT_ENVIRONMENT = dict(PYTHONPATH=SERVER_PATH, SGLANG_HEALTH_CHECK_TIMEOUT='1')
 @pytest.fixture
 def fleet(make_host, tmp_path):
     hosts = dict((name, make_host(name, gpu_count=2)) for name in HOSTS)
-    quick = dict(sglang_server_ready_timeout=30, sglang_server_stop_timeout=3)
+    quick = dict(sglang_server_ready_timeout=120, sglang_server_stop_timeout=3)
     made = unit_inventory(tmp_path / 'plain.json', hosts, dict(sglang_server_environment=UNIT_ENVIRONMENT), {'node-c': quick, 'node-d': quick})
     router = Router(tmp_path / 'router.log', api_key=ROUTER_KEY)
     try:

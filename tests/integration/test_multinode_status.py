@@ -25,7 +25,7 @@ HOSTS = ('gpu-a',) + NODES
 def fleet(make_host, tmp_path):
     hosts = dict((name, make_host(name, gpu_count=2)) for name in HOSTS)
     # A wedged rank ignores SIGTERM until SIGKILL: the stop's escalation comes after this many seconds.
-    quick = dict(sglang_server_ready_timeout=30, sglang_server_stop_timeout=5)
+    quick = dict(sglang_server_ready_timeout=120, sglang_server_stop_timeout=5)
     made = unit_inventory(tmp_path / 'inventory.json', hosts, dict(sglang_server_environment=UNIT_ENVIRONMENT), {'node-c': quick, 'node-d': quick})
     made.update(hosts=hosts)
     yield made

@@ -68,7 +68,9 @@ def steps(fleet, host: str) -> int:
 
 
 def server_info(fleet, unit: str) -> dict:
-    url = state(server_vars(fleet, UNITS[unit][0]))['probe_url'] + '/server_info'
+    found = state(server_vars(fleet, UNITS[unit][0]))
+    assert found is not None, unit
+    url = found['probe_url'] + '/server_info'
     with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 (loopback)
         return json.loads(answer.read())
 
@@ -96,7 +98,8 @@ def test_two_units_and_a_single_host_relaunched_each_unit_as_one(fleet):
         info = server_info(fleet, unit)
         assert (info['nnodes'], info['node_rank'], info['tp_size'], info['speculative_num_steps']) == (2, 0, 4, 3), unit
         # each unit's rendezvous is its own: rank 1 of each runs with its own rank 0's address
-        assert state(server_vars(fleet, UNITS[unit][1]))['config']['node_rank'] == 1
+        rank_1 = state(server_vars(fleet, UNITS[unit][1]))
+        assert rank_1 is not None and rank_1['config']['node_rank'] == 1, unit
 
 
 def test_a_rank_crashing_in_one_unit_rolls_back_that_unit_only(fleet):
