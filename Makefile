@@ -29,7 +29,7 @@ simfleet: bootstrap
 simfleet-down: bootstrap
 	python tests/tools/simfleet.py down --dir $(DIR)
 
-test: sanity units compat lint integration reliability contract containers molecule awx ee
+test: sanity units compat lint integration reliability contract containers molecule awx ee real
 	@echo "all test tiers passed"
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
