@@ -6,9 +6,14 @@
 Two simulated GPU hosts, one real server each (started by relaunch.yml), behind the real router (`smg launch`,
 started here on loopback). Closed-loop clients through the router keep both servers busy while relaunch.yml rolls a
 changed non-speculative parameter over them: with the router steps (leave, drain, relaunch, verified re-add) no
-client sees a failure and the router neither retried nor got a non-2xx answer. The negative control rolls the same
-fleet without the router steps (the router left out of the inventory) under the same load: the real server drains
-and exits while the router still sends to it, and clients see failures, so the first half can fail.
+client sees a failure and the router neither retried nor got a non-2xx answer.
+
+No negative control here: the same roll without the router steps lost 2 to 4 requests in each of three runs (in
+the run looked at closely, the four clients' requests sent 2.5 s into the second host's window each hung until the
+client's 60 s timeout, and none failed in the first host's window); a count that small can be 0, so asserting it
+would make a flaky test. The
+simulated fleet's test of the same roll (tests/integration/test_router_roll.py) has the negative control, with the
+same clients (router_load.Load), so this test's zero can fail.
 
 This file runs after test_real_sglang.py (file order), whose servers are stopped by then: at most three real
 servers live at once (two serving, one starting), about 3.4 GB each.
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from realserver import CPU_ARGS, START_TIMEOUT, server_environment
-from relaunch_fleet import host_vars, recap, run, state, table, warnings, write_inventory
+from relaunch_fleet import host_vars, run, state, table, warnings, write_inventory
 from router_load import Load, Router, request
 from simfleet import SimHost, alive
 
@@ -101,7 +106,7 @@ def fleet(real, tmp_path, sessions):
         assert stopped.returncode == 0, stopped.stdout[-3000:]
 
 
-def test_a_rolling_relaunch_behind_the_real_router_loses_no_request_and_without_it_does(fleet, real, report):
+def test_a_rolling_relaunch_behind_the_real_router_loses_no_request(fleet, real, report):
     router, tmp = fleet['router'], fleet['tmp']
     hosts = fleet['hosts']
 
@@ -117,7 +122,7 @@ def test_a_rolling_relaunch_behind_the_real_router_loses_no_request_and_without_
     # The roll: --max-running-requests 8 -> 6 on both, one host at a time, under load through the router.
     changed = {h.name: dict(fleet['plain'][h.name], sglang_server_extra_args=dict(CPU_ARGS, **{'max-running-requests': 6})) for h in hosts}
     old_pids = {name: state(v)['pid'] for name, v in fleet['plain'].items()}
-    load = Load(router.url, 'tiny-llama', clients=CLIENTS, max_requests=5000, max_seconds=ROLL_TIMEOUT, max_tokens=MAX_TOKENS, api_key=ROUTER_KEY).start()
+    load = Load(router.url, 'tiny-llama', clients=CLIENTS, max_requests=100000, max_seconds=ROLL_TIMEOUT, max_tokens=MAX_TOKENS, api_key=ROUTER_KEY).start()
     try:
         out = run(routed_inventory(tmp / 'routed6.json', changed, router), 'relaunch.yml', timeout=ROLL_TIMEOUT)
     finally:
@@ -148,17 +153,3 @@ def test_a_rolling_relaunch_behind_the_real_router_loses_no_request_and_without_
     assert spans[0][1] <= spans[1][0], spans
     for start, end in spans:
         assert any(start <= r['start'] <= end for r in records), (start, end, len(records))
-
-    # Negative control: back to 8 without the router steps (the router is not in the inventory), same load.
-    load = Load(router.url, 'tiny-llama', clients=CLIENTS, max_requests=5000, max_seconds=ROLL_TIMEOUT, max_tokens=MAX_TOKENS, api_key=ROUTER_KEY).start()
-    try:
-        bare = run(write_inventory(tmp / 'bare8.json', fleet['plain']), 'relaunch.yml', '-e', 'batch=1', timeout=ROLL_TIMEOUT)
-    finally:
-        records = load.stop()
-    reasons = sorted({r['reason'][:60] for r in failures(records)})
-    print('without them: %d requests, %d failed: %s' % (len(records), len(failures(records)), reasons))
-    report.add('the same roll without the router steps: requests, failed', (len(records), len(failures(records))))
-    assert bare.returncode == 0, bare.stdout[-6000:] + bare.stderr[-2000:]
-    assert all(max_running(v) == '8' for v in fleet['plain'].values())
-    assert len(failures(records)) > 0, 'a relaunch without the router steps lost no request: the test cannot fail'
-    assert all(c['failed'] == 0 for c in recap(bare.stdout).values())
