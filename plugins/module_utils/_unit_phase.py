@@ -72,8 +72,8 @@ class UnitPhase:
             raise SpecError('lease_seconds: %s is out of range; it must be a finite number of seconds above 0' % seconds)
         if not relaunch.params.get('lease'):
             raise SpecError('lease: is required with unit_phase (the token of the unit relaunch, the same in every phase)')
-        if relaunch.state != 'started' or relaunch.trial or relaunch.undo:
-            raise SpecError('unit_phase: %s is a phase of a relaunch; it is refused with state %s, a trial or an undo' % (self.phase, relaunch.state))
+        if relaunch.state != 'started' or relaunch.trial:
+            raise SpecError('unit_phase: %s is a phase of a relaunch; it is refused with state %s or a trial' % (self.phase, relaunch.state))
         for spec in relaunch.specs:
             if not spec.unit:
                 raise spec.error('unit_phase: %s: the instance is not one node of a server over several hosts (its nodes name fewer than two)' % self.phase)
@@ -82,6 +82,12 @@ class UnitPhase:
         if self.good:
             relaunch.read_states()
             relaunch.specs = [self.good_spec(spec) for spec in relaunch.specs]
+        elif relaunch.undo is not None:
+            relaunch.validate_run_labels()
+            relaunch.read_states()
+            relaunch.specs = [self.undo_spec(spec, relaunch.undo) for spec in relaunch.specs]
+        # Resolved here, the same in every phase of the transaction (a rollback goes to the last known good one).
+        relaunch.undo = None
         relaunch.validate()
 
     def good_spec(self, spec: InstanceSpec) -> InstanceSpec:
@@ -95,6 +101,26 @@ class UnitPhase:
         if not good:
             raise spec.error('unit_config: good: the instance has no last known good configuration to roll back to')
         params = dict(good)
+        params.update((key, spec.params.get(key)) for key in SECRET_PARAMS)
+        undone = InstanceSpec(params, self.relaunch.state_dir)
+        undone.validate_basics('started')
+        return undone
+
+    def undo_spec(self, spec: InstanceSpec, run_label: str) -> InstanceSpec:
+        """What the node ran before run ``run_label`` (with the secrets given now), for an undo of that run. The
+        record is the one the stop phase kept: the start phase records what the undo itself replaces, for an undo of
+        the undo. A unit that run did not change is never given here (the preflight plans it unchanged)."""
+        state = self.relaunch.states.get(spec.name) or {}
+        txn = state.get('unit_txn') or {}
+        record = txn.get('undo') if txn.get('token') == self.lease.token and 'undo' in txn else state.get('undo')
+        record = record or {}
+        if record.get('run') != run_label:
+            raise spec.error(
+                'undo: run %s did not relaunch this node (rank %d) of the server over several hosts; relaunch the unit instead' % (run_label, spec.node_rank)
+            )
+        if not record.get('params'):
+            raise spec.error('undo: %s started it where nothing ran before; stop it instead (playbooks/stop.yml)' % run_label)
+        params = dict(record['params'])
         params.update((key, spec.params.get(key)) for key in SECRET_PARAMS)
         undone = InstanceSpec(params, self.relaunch.state_dir)
         undone.validate_basics('started')
@@ -162,7 +188,7 @@ class UnitPhase:
         old_running = bool(state) and (run.old.running(state) or (spec.node_rank > 0 and bool((state or {}).get('running'))))
         if not txn:
             txn.update(started=round(time.time(), 3), old_running=old_running, previous=(state or {}).get('config') if old_running else None)
-            txn.update(old=run.result.get('old'), last_good=(state or {}).get('last_good'))
+            txn.update(old=run.result.get('old'), last_good=(state or {}).get('last_good'), undo=(state or {}).get('undo'))
         if self.good and state is not None and txn.get('pid') and state.get('pid') == txn['pid'] and not run.old.running(state):
             # The new server of this node died on its own: say so, with its cause, beside what failed elsewhere.
             died = log_failure(
@@ -184,6 +210,9 @@ class UnitPhase:
         # The GPUs were clean at the end of the stop; they must still be (a leftover would take the new ranks' room).
         run.wait_clean(spec.gpu_indexes)
         run.result['previous'] = txn.get('previous') if txn.get('previous') else (run.state or {}).get('previous')
+        if run.undo_record is not None:
+            # What an undo of this run gives back: the configuration that ran before its stop phase.
+            run.undo_record['speculative'] = (txn.get('previous') or {}).get('speculative')
         run.mark('start')
         state = run.start(spec, wait=False)
         txn['started_mono'] = time.monotonic()

@@ -436,6 +436,9 @@ options:
         the instance's row; V(release) gives the lease back.
       - A node failing any phase fails the phase there (its row says why, its rank first); the role then runs the
         phases again with O(unit_config=good) on every node of the unit.
+      - With O(undo), every phase gives each node what it ran before that run (the record the V(stop) phase found),
+        and is refused before anything is stopped on a node that run did not relaunch; a rollback
+        (O(unit_config=good)) ignores O(undo).
     type: str
     choices: [stop, start, join, verify, commit, release]
   unit_config:

@@ -195,3 +195,39 @@ def test_a_batch_that_would_split_a_unit_is_refused_before_anything_starts(fleet
     assert out.returncode != 0
     assert 'batch: 1 splits instance ds (nodes node-c, node-d) over several batches of the rolling relaunch' in out.stdout, out.stdout[-4000:]
     assert not any(pid(fleet, name) for name in ('gpu-a',) + NODES)
+
+
+def test_an_undo_gives_the_unit_back_what_it_ran_before_the_run_on_both_nodes(fleet):
+    start(fleet)
+    out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3')
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    relaunched = dict((name, pid(fleet, name)) for name in ('gpu-a',) + NODES)
+    label = unit_state(fleet, 'node-c')['undo']['run']
+    assert label and unit_state(fleet, 'node-d')['undo']['run'] == label
+    assert unit_state(fleet, 'node-c')['undo']['params']['speculative']['num_steps'] == 2
+
+    # Check mode plans it on every node and touches nothing.
+    check = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=last', '--check')
+    assert check.returncode == 0, check.stdout[-6000:]
+    assert [r.split()[-1] for r in table(check.stdout)[1:4]] == ['relaunch'] * 3, table(check.stdout)
+    assert dict((name, pid(fleet, name)) for name in ('gpu-a',) + NODES) == relaunched
+
+    undone = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=%s' % label)
+    assert undone.returncode == 0, undone.stdout[-6000:] + undone.stderr
+    rows = table(undone.stdout)
+    for node in NODES:
+        row = next(r for r in rows if r.startswith('%s ' % node))
+        assert 'EAGLE 3/1/4' in row and 'EAGLE 2/1/3' in row and row.endswith('relaunched'), rows
+        assert pid(fleet, node) != relaunched[node]
+        assert unit_state(fleet, node)['config']['speculative']['num_steps'] == 2
+        assert unit_state(fleet, node)['last_good']['params']['speculative']['num_steps'] == 2
+        assert held_by(fleet['hosts'][node], pid(fleet, node))
+    assert server_info(fleet)['speculative_num_steps'] == 2
+    assert state(fleet['vars']['gpu-a'])['config']['speculative']['num_steps'] == 2
+
+    # The undo is a run of its own: undo=last gives back what it replaced, 3 steps, on both nodes again.
+    redo = run(fleet['inventory'], 'relaunch.yml', '-e', 'undo=last')
+    assert redo.returncode == 0, redo.stdout[-6000:]
+    for node in NODES:
+        assert unit_state(fleet, node)['config']['speculative']['num_steps'] == 3
+    assert server_info(fleet)['speculative_num_steps'] == 3
