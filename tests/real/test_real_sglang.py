@@ -237,6 +237,10 @@ def test_benchmark_with_the_real_client(session_server, gpu_host, real, report):
             output_len=32,
             warmup_requests=1,
             environment=dict(HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1'),
+            # The client's own goodput (--goodput): a TTFT limit every request meets on any machine (10 minutes) and a
+            # TPOT limit no request of several tokens can (a microsecond a token). A request of one output token has a
+            # TPOT of 0 and meets it (seen: 1 of these 8 at concurrency 1).
+            slo=dict(ttft_ms=600000, tpot_ms=0.001),
             timeout=600,
         ),
         timeout=1500,
@@ -246,6 +250,12 @@ def test_benchmark_with_the_real_client(session_server, gpu_host, real, report):
     for level in result['levels']:
         assert level['measured'] and level['completed'] == 8 and level['failed'] == 0, level
         assert level['output_throughput'] > 0 and level['mean_ttft_ms'] > 0 and level['accept_length'] is None, level
+        by_metric = level['slo_attainment_by_metric']
+        assert set(by_metric) == {'ttft', 'tpot'} and by_metric['ttft'] == 1.0 and by_metric['tpot'] < 0.5, level
+        # Every request met the TTFT limit, so the share that met every limit is the TPOT limit's.
+        assert level['slo_attainment'] == by_metric['tpot'] and (level['request_goodput'] > 0) == (by_metric['tpot'] > 0), level
+        shares = (by_metric['ttft'], by_metric['tpot'], level['slo_attainment'])
+        report.add('goodput at concurrency %d: share meeting ttft, tpot, every limit' % level['concurrency'], shares)
         report.add('benchmark concurrency %d: output tok/s, mean TTFT ms' % level['concurrency'], (level['output_throughput'], level['mean_ttft_ms']))
     assert [level['concurrency'] for level in result['levels']] == [1, 4]
 
