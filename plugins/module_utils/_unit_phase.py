@@ -211,7 +211,11 @@ class UnitPhase:
         run.wait_clean(spec.gpu_indexes)
         run.result['previous'] = txn.get('previous') if txn.get('previous') else (run.state or {}).get('previous')
         if run.undo_record is not None:
-            # What an undo of this run gives back: the configuration that ran before its stop phase.
+            # What an undo of this run gives back: what was good before the transaction (a rollback's start comes
+            # after a node may have committed the new configuration) and what ran before its stop phase.
+            if 'last_good' in txn:
+                good = txn.get('last_good') or {}
+                run.undo_record.update(params=good.get('params'), config_hash=good.get('config_hash'))
             run.undo_record['speculative'] = (txn.get('previous') or {}).get('speculative')
         run.mark('start')
         state = run.start(spec, wait=False)
