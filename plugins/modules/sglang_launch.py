@@ -529,7 +529,11 @@ EXAMPLES = r'''
 
 RETURN = r'''
 instances:
-  description: One entry per instance, in the order given.
+  description:
+    - One entry per instance, in the order given.
+    - A call refused as a whole (bad input, another run's lock) returns none, but for a phase of a unit (O(unit_phase)):
+      it returns a V(failed) entry for each instance given, with the reason (its lease, its lock, its validation), so
+      that the role records the failure of each unit on every node alike.
   returned: always
   type: list
   elements: dict
@@ -781,7 +785,12 @@ def main() -> None:
     try:
         result = UnitPhase(relaunch).run() if module.params['unit_phase'] else relaunch.run()
     except (LaunchError, NvmlError) as exc:
-        module.fail_json(msg=str(exc), instances=[])
+        rows = []
+        if module.params['unit_phase']:
+            # A phase refused as a whole on this node (its lease, its lock, its validation) fails every unit it was
+            # given here, each with a row: the role records a unit's failure from its row, on every node alike.
+            rows = [dict(name=i.get('name'), result='failed', message=str(exc), cause=str(exc)) for i in module.params['instances']]
+        module.fail_json(msg=str(exc), instances=rows)
     if result.get('failed'):
         module.fail_json(**result)
     module.exit_json(**result)

@@ -162,6 +162,22 @@ def test_port_held_by_a_foreign_process_is_refused(host, sglang):
     assert result['failed'] and result['msg'].startswith('instance llama: port: %d is already in use by pid ' % sglang['port']), result['msg']
 
 
+def test_a_unit_phase_refused_as_a_whole_answers_a_failed_row_for_each_instance_given(host, sglang):
+    """A phase of a server over several hosts that a node refuses as a whole (here its validation; on a busy node its
+    lease or lock) still answers a row per instance: the role records a unit's failure from the rows of every node."""
+    running = host.launch(sglang)
+    assert running['changed'] and not running['failed'], running.get('msg')
+    instance = dict((k, v) for k, v in sglang.items() if k not in ('state_dir',))
+    refused = host.module('sglang_launch', dict(state='started', state_dir=sglang['state_dir'], unit_phase='stop', lease='run-1@node-c', instances=[instance]))
+    why = 'instance llama: unit_phase: stop: the instance is not one node of a server over several hosts (its nodes name fewer than two)'
+    assert refused['failed'] and not refused.get('changed') and refused['msg'] == why, refused
+    assert refused['instances'] == [dict(name='llama', result='failed', message=why, cause=why)], refused['instances']
+    assert alive(running['pid']) and http(running['url'] + '/health')[0] == 200
+    # Any other call refused as a whole answers no rows, as before.
+    plain = host.module('sglang_launch', dict(state='started', state_dir=sglang['state_dir'], instances=[dict(instance, port=0)]))
+    assert plain['failed'] and plain['msg'].startswith('instance llama: port: 0 is out of range') and plain['instances'] == [], plain
+
+
 def test_crash_at_startup_fails_with_the_log_tail(host, sglang):
     configure(host, crash_on=[dict(speculative_num_steps=5)], crash_message='RuntimeError: simulated crash for steps 5')
     result = host.launch(dict(sglang, speculative=dict(sglang['speculative'], num_steps=5, num_draft_tokens=6)))
