@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def _listening_inodes(port: int) -> dict[int, str]:
@@ -31,11 +32,8 @@ def _listening_inodes(port: int) -> dict[int, str]:
     return found
 
 
-def port_holders(port: int) -> tuple[bool, list[int]]:
-    """(is anything listening on ``port``, pids of the processes that own those sockets)."""
-    inodes = _listening_inodes(port)
-    if not inodes:
-        return False, []
+def _owners(inodes: dict[int, str]) -> list[int]:
+    """The pids of the processes with one of these sockets open."""
     wanted = set('socket:[%d]' % inode for inode in inodes)
     pids = []
     for name in os.listdir('/proc'):
@@ -52,4 +50,23 @@ def port_holders(port: int) -> tuple[bool, list[int]]:
                     continue
         except OSError:
             continue
-    return True, sorted(pids)
+    return sorted(pids)
+
+
+def port_holders(port: int, looks: int = 4, pause: float = 0.25) -> tuple[bool, list[int]]:
+    """(is anything listening on ``port``, pids of the processes that own those sockets).
+
+    A listener that no process owns is looked at again (``looks`` times, ``pause`` seconds apart) before it is
+    reported so: a server that exits as we look (a node of a unit whose rank 0 was just stopped elsewhere) has closed
+    its descriptors a moment before the kernel drops its socket from the table. One in another network namespace's
+    process, or a process we may not see, stays without owner on every look."""
+    for look in range(looks):
+        inodes = _listening_inodes(port)
+        if not inodes:
+            return False, []
+        pids = _owners(inodes)
+        if pids:
+            return True, pids
+        if look + 1 < looks:
+            time.sleep(pause)
+    return True, []

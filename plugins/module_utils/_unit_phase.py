@@ -144,9 +144,11 @@ class UnitPhase:
                         state.pop('unit_txn')
                         spec.instance.write(state)
                 return dict(changed=released, instances=[dict(name=s.name, result='ok', message='') for s in relaunch.specs])
-            # A unit's first phase takes the lease; every later one must still hold it (or another may have run).
-            self.lease.take(renew_only=self.phase != 'stop' or self.good)
             relaunch.read_states()
+            # A unit's first phase takes the lease; every later one must still hold it (or another may have run). So
+            # must a rollback's stop, on a node that took part in the transaction: one whose own first phase was
+            # refused as a whole (before it took the lease: its validation, its lock) takes it there instead.
+            self.lease.take(renew_only=self.phase != 'stop' or (self.good and self.joined()))
             with Nvml() as nvml:
                 relaunch.nvml = LockedNvml(nvml)
                 with ThreadPoolExecutor(max_workers=len(relaunch.specs)) as pool:
@@ -156,6 +158,12 @@ class UnitPhase:
             out['failed'] = True
             out['msg'] = '; '.join('%s [instance %s, rank %s]' % (r['message'], r['name'], r.get('node_rank')) for r in rows if r['result'] == 'failed')
         return out
+
+    def joined(self) -> bool:
+        """Whether a phase of this transaction ran here (it left its record, with the token, in an instance's state)."""
+        return any(
+            ((self.relaunch.states.get(spec.name) or {}).get('unit_txn') or {}).get('token') == self.lease.token for spec in self.relaunch.specs
+        )
 
     # ------------------------------------------------------------ one instance
 

@@ -231,3 +231,37 @@ def test_an_undo_gives_the_unit_back_what_it_ran_before_the_run_on_both_nodes(fl
     for node in NODES:
         assert unit_state(fleet, node)['config']['speculative']['num_steps'] == 3
     assert server_info(fleet)['speculative_num_steps'] == 3
+
+
+def phase(fleet, node: str, name: str, token: str, **extra) -> dict:
+    """One phase of sglang_launch's unit transaction on ``node``, called as the role calls it (the node's instance
+    as its last known good configuration records it)."""
+    instance = dict(unit_state(fleet, node)['last_good']['params'])
+    args = dict(state='started', state_dir=fleet['vars'][node]['sglang_server_state_dir'], unit_phase=name, lease=token, instances=[instance])
+    return fleet['hosts'][node].module('sglang_launch', dict(args, **extra), timeout=180)
+
+
+def test_a_node_that_refused_the_first_phase_is_still_rolled_back_and_a_lapsed_one_is_refused(fleet):
+    """The role's transaction, phase by phase: node-d refused the first phase as a whole (before it took its lease:
+    its validation or its lock, as when a port check met a rank still closing) while node-c stopped. The rollback's
+    stop takes node-d's lease (it took no part in the transaction yet), and the unit serves again on both nodes; a
+    node whose lease went away after it took part is refused, as before."""
+    before = start(fleet)
+    token = dict((node, 'run-9@%s' % node) for node in NODES)
+    stopped = phase(fleet, 'node-c', 'stop', token['node-c'])
+    assert not stopped['failed'] and stopped['instances'][0]['result'] == 'ok', stopped
+    for name in ('stop', 'start', 'join', 'verify', 'commit'):
+        done = dict((node, phase(fleet, node, name, token[node], unit_config='good')) for node in NODES)
+        assert not any(r['failed'] for r in done.values()), (name, done)
+    assert [r['result'] for r in done['node-c']['instances'] + done['node-d']['instances']] == ['rolled back'] * 2, done
+    for node in NODES:
+        assert phase(fleet, node, 'release', token[node])['changed'], node
+        assert pid(fleet, node) != before[node] and held_by(fleet['hosts'][node], pid(fleet, node)), node
+    assert server_info(fleet)['speculative_num_steps'] == 2
+
+    # node-c takes part in a second transaction, then its lease goes (lapsed, or given back): refused from there on.
+    assert not phase(fleet, 'node-c', 'stop', 'run-10@node-c')['failed']
+    (fleet['hosts']['node-c'].state_dir / 'sglang' / 'relaunch.lease').unlink()
+    lapsed = phase(fleet, 'node-c', 'stop', 'run-10@node-c', unit_config='good')
+    assert lapsed['failed'] and lapsed['msg'].startswith('lease: run-10@node-c holds this host no more'), lapsed
+    assert lapsed['instances'][0]['result'] == 'failed', lapsed

@@ -16,3 +16,30 @@ def test_port_holders_finds_this_process():
         sock.listen()
         listening, pids = ports.port_holders(sock.getsockname()[1])
     assert listening and os.getpid() in pids
+
+
+def looks(monkeypatch, tables, owners):
+    """port_holders over a host whose listening sockets and their owners are ``tables`` and ``owners``, one per look."""
+    tables, owners, slept = list(tables), list(owners), []
+    monkeypatch.setattr(ports, '_listening_inodes', lambda port: tables.pop(0))
+    monkeypatch.setattr(ports, '_owners', lambda inodes: owners.pop(0))
+    monkeypatch.setattr(ports.time, 'sleep', slept.append)
+    return slept
+
+
+def test_a_listener_closing_as_it_is_looked_at_is_free(monkeypatch):
+    # A server exiting: its descriptors are gone, its socket is still in the table; on the next look it is not.
+    slept = looks(monkeypatch, [{7: '0100007F'}, {}], [[]])
+    assert ports.port_holders(30000) == (False, [])
+    assert slept == [0.25]
+
+
+def test_a_listener_whose_owner_shows_on_a_later_look_is_that_owners(monkeypatch):
+    looks(monkeypatch, [{7: '0100007F'}, {7: '0100007F'}], [[], [4242]])
+    assert ports.port_holders(30000) == (True, [4242])
+
+
+def test_a_listener_without_owner_on_every_look_is_held_by_something_not_seen(monkeypatch):
+    slept = looks(monkeypatch, [{7: '0100007F'}] * 4, [[]] * 4)
+    assert ports.port_holders(30000) == (True, [])
+    assert slept == [0.25] * 3
