@@ -161,9 +161,7 @@ class UnitPhase:
 
     def joined(self) -> bool:
         """Whether a phase of this transaction ran here (it left its record, with the token, in an instance's state)."""
-        return any(
-            ((self.relaunch.states.get(spec.name) or {}).get('unit_txn') or {}).get('token') == self.lease.token for spec in self.relaunch.specs
-        )
+        return any(((self.relaunch.states.get(spec.name) or {}).get('unit_txn') or {}).get('token') == self.lease.token for spec in self.relaunch.specs)
 
     # ------------------------------------------------------------ one instance
 
