@@ -531,9 +531,9 @@ RETURN = r'''
 instances:
   description:
     - One entry per instance, in the order given.
-    - A call refused as a whole (bad input, another run's lock) returns none, but for a phase of a unit (O(unit_phase)):
-      it returns a V(failed) entry for each instance given, with the reason (its lease, its lock, its validation), so
-      that the role records the failure of each unit on every node alike.
+    - A call refused as a whole (bad input, another run's lock) returns none, but for a phase of a unit
+      (O(unit_phase)), which returns a V(failed) entry for each instance given, with the reason (its lease, its lock,
+      its validation), so that the role records the failure of each unit on every node alike.
   returned: always
   type: list
   elements: dict
