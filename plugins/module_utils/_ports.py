@@ -53,7 +53,7 @@ def _owners(inodes: dict[int, str]) -> list[int]:
     return sorted(pids)
 
 
-def port_holders(port: int, looks: int = 4, pause: float = 0.25) -> tuple[bool, list[int]]:
+def port_holders(port: int, looks: int = 8, pause: float = 0.25) -> tuple[bool, list[int]]:
     """(is anything listening on ``port``, pids of the processes that own those sockets).
 
     A listener that no process owns is looked at again (``looks`` times, ``pause`` seconds apart) before it is

@@ -40,6 +40,6 @@ def test_a_listener_whose_owner_shows_on_a_later_look_is_that_owners(monkeypatch
 
 
 def test_a_listener_without_owner_on_every_look_is_held_by_something_not_seen(monkeypatch):
-    slept = looks(monkeypatch, [{7: '0100007F'}] * 4, [[]] * 4)
+    slept = looks(monkeypatch, [{7: '0100007F'}] * 8, [[]] * 8)
     assert ports.port_holders(30000) == (True, [])
-    assert slept == [0.25] * 3
+    assert slept == [0.25] * 7
