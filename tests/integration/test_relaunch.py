@@ -80,6 +80,28 @@ def test_relaunch_steps_3_then_again_changes_nothing(fleet):
     assert all(r.endswith('unchanged') for r in table(again.stdout)[1:]), table(again.stdout)
 
 
+def test_a_target_of_several_hosts_relaunches_each_of_them_and_a_host_left_alone_fails_the_run(fleet):
+    """-e target=gpu-a,gpu-c (a comma list, as a user types it): both are relaunched, gpu-b is not touched. The rolling
+    play once joined the target's pattern to its own group (gpu-a,gpu-c:&group), which left gpu-c out with rc 0."""
+    pids = start(fleet)
+    out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3', '-e', 'target=gpu-a,gpu-c', *BATCH)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+    rows = table(out.stdout)
+    assert sorted(r.split()[0] for r in rows[1:] if r.endswith('relaunched')) == ['gpu-a', 'gpu-c'], rows
+    assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
+    assert server_pid(fleet['vars']['gpu-b']) == pids['gpu-b'] and steps_running(fleet['vars']['gpu-b']) == 2
+
+    # One host at a time, no failure allowed: gpu-a's new configuration crashes (rolled back), so gpu-c is left
+    # alone. The run fails on both, and says that gpu-c was not relaunched, rather than passing over it.
+    (fleet['hosts'][0].state_dir / 'simsglang.json').write_text(json.dumps(dict(crash_on=[dict(speculative_num_steps=4)])))
+    out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=4', '-e', 'target=gpu-a,gpu-c', '-e', 'batch=1')
+    assert out.returncode != 0
+    counts = recap(out.stdout)
+    assert counts['gpu-a']['failed'] == 1 and counts['gpu-c']['failed'] == 1 and 'gpu-b' not in counts, counts
+    assert 'gpu-c was not relaunched: the check found something to relaunch on it' in out.stdout, out.stdout[-4000:]
+    assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
+
+
 def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
     start(fleet)
     crashing = fleet['hosts'][1]
@@ -102,7 +124,9 @@ def test_a_host_whose_new_config_crashes_is_rolled_back(fleet):
     assert steps_running(fleet['vars']['gpu-a']) == 3 and steps_running(fleet['vars']['gpu-c']) == 3
 
     # A mixed fleet (two hosts on 3 steps, one rolled back to 2): the summary says how to undo the whole run.
-    hint = [line for line in out.stdout.splitlines() if 'To give every host of this run back what it ran before it' in line]
+    # The sentence, then the command on a line of its own (a text block under YAML, a list under JSON).
+    lines = out.stdout.splitlines()
+    hint = [' '.join(lines[i : i + 3]) for i, line in enumerate(lines) if 'To give every host of this run back what it ran before it' in line]
     assert len(hint) == 1, out.stdout[-4000:]
     label = hint[0].split('-e undo=', 1)[1].split()[0].strip('"')
     assert '-i %s' % fleet['inventory'] in hint[0], hint
