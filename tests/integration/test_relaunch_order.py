@@ -1,10 +1,11 @@
 """relaunch.yml's rolling play takes its hosts in the target's order, whatever order the preflight's group_by
 filled its group in (the order the hosts' results came back, which varies with the load of the controller).
 
-The rolling play's `hosts:` is read from playbooks/relaunch.yml itself and put behind a play that fills the
-group in the reverse of the inventory's order, one host at a time: the hosts must still come in the inventory's
-order, the target's pattern and --limit still apply, and with nothing to relaunch the play matches nothing
-without a warning.
+The rolling play's `hosts:` and the preflight's list of hosts to roll (`__relaunch_roll_hosts`, set as
+`__relaunch_roll` beside the batches) are read from playbooks/relaunch.yml itself and put behind a play that fills
+the group in the reverse of the inventory's order, one host at a time: the hosts must still come in the inventory's
+order, the target's pattern and --limit still apply, a target of several hosts takes each of them, and with nothing
+to relaunch the play matches nothing without a warning.
 """
 
 from __future__ import annotations
@@ -20,10 +21,20 @@ from simfleet import REPO, ansible_env
 HOSTS = ['gpu-a', 'gpu-b', 'gpu-c', 'gpu-d']
 
 
+def relaunch_plays() -> list[dict]:
+    return yaml.safe_load((REPO / 'playbooks' / 'relaunch.yml').read_text())
+
+
 def rolling_hosts_expression() -> str:
-    plays = yaml.safe_load((REPO / 'playbooks' / 'relaunch.yml').read_text())
-    rolling = next(p for p in plays if p.get('name') == 'Relaunch the fleet, rolling')
+    rolling = next(p for p in relaunch_plays() if p.get('name') == 'Relaunch the fleet, rolling')
     return rolling['hosts']
+
+
+def roll_list_expression() -> str:
+    """The preflight's list of the hosts to roll, in its play's order, that the rolling play reads back."""
+    preflight = next(p for p in relaunch_plays() if p.get('name') == 'Preflight every targeted host before any is touched')
+    task = next(t for t in preflight['tasks'] if t.get('name') == "Work out the batches of the rolling relaunch, each unit's nodes in one")
+    return task['vars']['__relaunch_roll_hosts']
 
 
 @pytest.fixture
@@ -48,6 +59,12 @@ def order(tmp_path: Path, inventory: Path, changed: list[str], *args: str) -> tu
                     tasks=[
                         dict(name='group', when='inventory_hostname in %r' % changed, **{'ansible.builtin.group_by': dict(key='gpufleet_relaunch_changes')}),
                     ],
+                ),
+                dict(
+                    name='The preflight (the target, in its order)',
+                    hosts="{{ target | default('gpu_servers') }}",
+                    gather_facts=False,
+                    tasks=[dict(name='roll', run_once=True, **{'ansible.builtin.set_fact': dict(__relaunch_roll=roll_list_expression())})],
                 ),
                 dict(
                     name='Roll',
@@ -79,6 +96,10 @@ def test_only_the_changed_hosts_roll_still_in_order_under_a_target_pattern_and_a
     assert got == ['gpu-c', 'gpu-d']
     got = order(tmp_path, inventory, ['gpu-b', 'gpu-d'], '-e', 'target=gpu-d,gpu-b,gpu-c')[0]
     assert got == ['gpu-d', 'gpu-b']
+    # A changed host after the target's first comma: the target's pattern joined to the group
+    # ('gpu-d,gpu-b,gpu-c:&group') dropped gpu-c and took the unchanged gpu-d.
+    got = order(tmp_path, inventory, ['gpu-b', 'gpu-c'], '-e', 'target=gpu-d,gpu-b,gpu-c')[0]
+    assert got == ['gpu-b', 'gpu-c']
     got = order(tmp_path, inventory, ['gpu-a', 'gpu-c', 'gpu-d'], '--limit', 'gpu-d:gpu-c')[0]
     assert got == ['gpu-c', 'gpu-d']
 
