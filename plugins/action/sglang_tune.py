@@ -44,7 +44,10 @@ from ansible_collections.gpufleet.sglang.plugins.plugin_utils._tune_trial import
 display = Display()
 
 # What must be the same on every host of a sweep, so that a slow host cannot pass for a bad configuration.
-ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances')
+# What the hosts of a sweep share; ``nodes`` is how many hosts the host's server spans (1, or a unit's nodes).
+ALIKE = ('gpu_name', 'gpu_count', 'model_path', 'draft_model_path', 'tp_size', 'sglang_version', 'instances', 'nodes')
+# What a fleet recorded before a key was added had, for a resumed sweep.
+ALIKE_BEFORE = dict(nodes=1)
 
 
 def goodput_of(rows: list[dict], plan: dict) -> dict:
@@ -253,7 +256,8 @@ class ActionModule(ActionBase):
         if problems:
             raise AnsibleActionFail(
                 'the hosts of a sweep must be alike (GPU model and count, model and draft model path, tensor parallel size, SGLang version, one '
-                'instance each), so that a slow host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
+                'instance each, as many nodes each: a server over several hosts is swept beside servers over as many hosts only), so that a slow '
+                'host cannot pass for a bad configuration; nothing was touched:\n  - ' + '\n  - '.join(problems)
             )
         recorded = run_dir.read_json(run_files.FLEET)
         if recorded is not None and not (isinstance(recorded, dict) and isinstance(recorded.get('hosts'), dict)):
@@ -267,9 +271,9 @@ class ActionModule(ActionBase):
                     moved.append('%s was not part of the sweep when it began' % host)
                     continue
                 moved += [
-                    '%s: %s is %r, where the sweep began with %r' % (host, key, facts[host].get(key), then.get(key))
+                    '%s: %s is %r, where the sweep began with %r' % (host, key, facts[host].get(key), then.get(key, ALIKE_BEFORE.get(key)))
                     for key in ALIKE
-                    if then.get(key) != facts[host].get(key)
+                    if then.get(key, ALIKE_BEFORE.get(key)) != facts[host].get(key)
                 ]
             if moved:
                 raise AnsibleActionFail(

@@ -38,9 +38,21 @@ class ActionModule(ActionBase):
         run_dir = os.path.abspath(os.path.expanduser(params['run_dir']))
         host = task_vars.get('inventory_hostname')
         check_mode = bool(self._task.check_mode)
+        if params['unit_step'] == 'measure':
+            return self.measure(result, run_dir, host, params, task_vars, check_mode)
         handed, plan = self.controller(run_dir, check_mode, lambda store: self.take(store, host, params, check_mode))
         trial = handed.get('trial')
         result.update(run=bool(handed.get('run')), trial=trial, status='skipped' if handed.get('skipped') else None, reason=handed.get('reason'))
+        if params['unit_step'] == 'take':
+            # A unit's rank 0: the trial only; the role relaunches every node with it, then the measure step.
+            runs = bool(handed.get('run') and trial)
+            result.update(
+                changed=False,
+                handed=handed,
+                mark=dict(sweep=run_dir, trial=trial['id'], label=trial.get('label')) if runs else None,
+                msg='%s of %s on the unit' % (trial['id'], trial.get('label')) if runs else handed.get('reason') or 'no trial',
+            )
+            return result
         if not handed.get('run') or not trial:
             result.update(changed=False, msg=handed.get('reason') or 'no trial')
             return result
@@ -48,12 +60,36 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail('instances: the host has no instance to run the trial on')
         if plan is None:
             raise AnsibleActionFail('run_dir: %s gave a trial but no plan' % run_dir)  # take() reads it with the trial
-        try:
-            launch = self._execute_module(
-                module_name=LAUNCH,
-                module_args=trials.launch_args(run_dir, trial, handed, params['instances'], params['state_dir'], params['sglang_version']),
-                task_vars=task_vars,
+        launch_args = trials.launch_args(run_dir, trial, handed, params['instances'], params['state_dir'], params['sglang_version'])
+        return self.run_on_host(result, run_dir, plan, trial, handed, params, task_vars, check_mode, launch_args)
+
+    def measure(self, result: dict, run_dir: str, host: str, params: dict, task_vars: dict, check_mode: bool) -> dict:
+        """A unit's trial once the role relaunched its nodes: the benchmark on rank 0 (this host) and the record."""
+        handed = params['handed'] or {}
+        trial = handed.get('trial')
+        if not handed.get('run') or not isinstance(trial, dict) or not trial.get('id'):
+            result.update(run=False, trial=trial, status=None, reason=handed.get('reason'), changed=False, msg=handed.get('reason') or 'no trial')
+            return result
+        if trial.get('host') != host:
+            raise AnsibleActionFail(
+                'handed: trial %s was handed to %s, not to %s; give the take step\'s result of this host' % (trial['id'], trial.get('host'), host)
             )
+        if not params['instances']:
+            raise AnsibleActionFail('instances: the host has no instance to run the trial on')
+        plan = self.controller(run_dir, check_mode, trials.load_plan)
+        result.update(run=True, trial=trial, status=None, reason=None)
+        name = params['instances'][0].get('name')
+        rows = [row for row in params['launched'] or [] if isinstance(row, dict) and row.get('name') in (name, '*')]
+        launch = dict(instances=rows) if rows else dict(failed=True, msg='the unit was not relaunched (no row of its rank 0)')
+        if rows and not trials.serves(launch):
+            launch['failed'] = True
+        return self.run_on_host(result, run_dir, plan, trial, handed, params, task_vars, check_mode, None, launch)
+
+    def run_on_host(self, result, run_dir, plan, trial, handed, params, task_vars, check_mode, launch_args, launch=None) -> dict:
+        """The relaunch (unless ``launch`` says how the unit's went) and the benchmark on the host, then the record."""
+        try:
+            if launch is None:
+                launch = self._execute_module(module_name=LAUNCH, module_args=launch_args, task_vars=task_vars)
             bench: dict = {}
             if trials.serves(launch):
                 bench = self._execute_module(
@@ -69,7 +105,9 @@ class ActionModule(ActionBase):
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         recorded = self.controller(
-            run_dir, check_mode, lambda store: trials.record_trial(store, dict(trial, span_start=handed['span']['start']), launch, bench, check_mode)
+            run_dir,
+            check_mode,
+            lambda store: trials.record_trial(store, dict(trial, span_start=(handed.get('span') or {}).get('start')), launch, bench, check_mode),
         )
         result.update(changed=True, status=recorded['status'], reason=recorded['reason'], msg=recorded['msg'])
         return result

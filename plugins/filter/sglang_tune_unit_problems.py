@@ -6,17 +6,16 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: sglang_tune_unit_problems
-short_description: Why the servers over several hosts of a sweep's play cannot be swept
+short_description: Why the servers over several hosts of a sweep's play cannot be swept (a part of one)
 version_added: 0.1.0
 description:
   - Takes the resolved instances of every host of the play of C(playbooks/tune.yml) (each host's
     C(sglang_server_resolved), by inventory name) and finds the servers over several hosts (units) among them, each
     once, named by its instance and its nodes in rank order.
   - A unit some of whose nodes are outside the play (a C(target) or C(--limit) that takes only part of it) is
-    refused in every mode, naming the unit, the nodes the play takes and the nodes it leaves out.
-  - A unit whose nodes are all in the play is refused unless O(restore_only) is true - the sweep does not yet run a
-    unit's nodes together as one trial slot, and a trial of one node alone would be wrong. With O(restore_only), a
-    whole unit is let through (it never carries a trial mark, so nothing of it is restored).
+    refused (a restore with C(restore_only) too), naming the unit, the nodes the play takes and the nodes it leaves out.
+  - A unit whose nodes are all in the play is let through: it is one trial slot of the sweep, its nodes relaunched
+    together for each trial (a trial of one node alone would be wrong).
   - Returns one line per unit, and an empty list when there is nothing to refuse.
 options:
   _input:
@@ -28,10 +27,6 @@ options:
     type: list
     elements: str
     required: true
-  restore_only:
-    description: The run only gives hosts back what they ran before a sweep (C(-e restore_only=true)).
-    type: bool
-    default: false
 author:
   - gpufleet.sglang maintainers (@gpufleet)
 '''
@@ -76,7 +71,7 @@ def units_of(resolved_by_host: dict) -> list[dict]:
     return found
 
 
-def sglang_tune_unit_problems(resolved_by_host: dict, play_hosts: list, restore_only: bool = False) -> list[str]:
+def sglang_tune_unit_problems(resolved_by_host: dict, play_hosts: list) -> list[str]:
     play = set(play_hosts or [])
     problems = []
     for unit in units_of(resolved_by_host):
@@ -88,10 +83,6 @@ def sglang_tune_unit_problems(resolved_by_host: dict, play_hosts: list, restore_
             problems.append(
                 '%s: the play takes %s of it and leaves out %s; a unit is relaunched on all its nodes together, so target '
                 'the whole unit or none of it' % (what, ', '.join(taken), ', '.join(left))
-            )
-        elif not restore_only:
-            problems.append(
-                '%s: the sweep does not yet run a unit as one trial slot (its nodes together); target the hosts without it (-e target=... or --limit)' % what
             )
     return problems
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from ansible_collections.gpufleet.sglang.plugins.module_utils._errors import LaunchError, SpecError
 from ansible_collections.gpufleet.sglang.plugins.module_utils._files import ensure_private_dir, now
 from ansible_collections.gpufleet.sglang.plugins.module_utils._host_lock import HostLock, Lease, LockedNvml
-from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_run import InstanceRun, ServerFailure, base_result, log_failure, public
+from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_run import InstanceRun, ServerFailure, base_result, log_failure, origin_of, public
 from ansible_collections.gpufleet.sglang.plugins.module_utils._instance_spec import SECRET_PARAMS, InstanceSpec
 from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml
 
@@ -72,8 +72,11 @@ class UnitPhase:
             raise SpecError('lease_seconds: %s is out of range; it must be a finite number of seconds above 0' % seconds)
         if not relaunch.params.get('lease'):
             raise SpecError('lease: is required with unit_phase (the token of the unit relaunch, the same in every phase)')
-        if relaunch.state != 'started' or relaunch.trial:
-            raise SpecError('unit_phase: %s is a phase of a relaunch; it is refused with state %s or a trial' % (self.phase, relaunch.state))
+        if relaunch.state != 'started':
+            raise SpecError('unit_phase: %s is a phase of a relaunch; it is refused with state %s' % (self.phase, relaunch.state))
+        if relaunch.trial and self.good:
+            # A rollback goes back to the last known good configuration, which a trial never is: it keeps the mark.
+            raise SpecError('unit_config: good rolls the unit back to its last known good configuration; it is refused with a trial')
         for spec in relaunch.specs:
             if not spec.unit:
                 raise spec.error('unit_phase: %s: the instance is not one node of a server over several hosts (its nodes name fewer than two)' % self.phase)
@@ -195,6 +198,12 @@ class UnitPhase:
         if not txn:
             txn.update(started=round(time.time(), 3), old_running=old_running, previous=(state or {}).get('config') if old_running else None)
             txn.update(old=run.result.get('old'), last_good=(state or {}).get('last_good'), undo=(state or {}).get('undo'))
+        if not self.good and 'trial' not in txn:
+            # Before anything is stopped, as a relaunch of one host: a trial leaves its mark on every node (what the
+            # node ran before the sweep with it), any other relaunch clears the mark it finds. A rollback keeps it.
+            run.mark_trial(old_running)
+            state = run.state
+            txn.update(trial=run.result.get('trial'), replaced_trial=run.result.get('replaced_trial'))
         if self.good and state is not None and txn.get('pid') and state.get('pid') == txn['pid'] and not run.old.running(state):
             # The new server of this node died on its own: say so, with its cause, beside what failed elsewhere.
             died = log_failure(
@@ -307,8 +316,10 @@ class UnitPhase:
             raise LaunchError('the SGLang server %s (rank %d) no longer serves: %s' % (spec.name, spec.node_rank, what))
         if self.good:
             state['last_good'] = txn.get('last_good') or state.get('last_good')
-        else:
+        elif not self.relaunch.trial:
+            # A trial is measured, not chosen: the last known good one stays what ran before the sweep.
             run.record_good(spec, state)
+            run.record_origin(state)
         state.pop('relaunch', None)
         state.pop('log_offset', None)
         state['last_window'] = dict(start=txn.get('started'), end=round(time.time(), 3))
@@ -340,6 +351,7 @@ class UnitPhase:
             result['new'] = txn['new']
         if txn.get('speculative'):
             result['speculative'] = txn['speculative']
+        result.update(trial=txn.get('trial'), replaced_trial=txn.get('replaced_trial'), origin=origin_of(run.state))
         if self.good:
             reason = self.failure or 'the new configuration failed on a node of the unit'
             result.update(

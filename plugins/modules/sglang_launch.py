@@ -376,6 +376,9 @@ options:
         what runs is verified by that call and recorded as good. A stop clears it too.
       - M(gpufleet.sglang.sglang_info) returns the mark, C(status.yml) and C(relaunch.yml) name it, and the next
         C(tune.yml) with the same run directory gives the instance back what it ran before the sweep first.
+      - With O(unit_phase), the V(stop) phase writes the mark on each node before anything is stopped (or clears it,
+        without O(trial)), V(commit) never records the trial as the last known good configuration, and the rollback
+        (O(unit_config=good)), which is refused with O(trial), keeps the mark.
       - Refused with O(state=stopped).
     type: dict
     suboptions:
@@ -432,8 +435,8 @@ options:
         after rank 0's O(instances[].ready_timeout);
         V(verify) waits until rank 0 serves (C(/server_info) with C(nnodes) and C(node_rank), the smoke generation),
         its O(instances[].ready_timeout) counted from V(start), and checks every other rank again;
-        V(commit) checks every node still serves, records the configuration as the last known good one and returns
-        the instance's row; V(release) gives the lease back.
+        V(commit) checks every node still serves, records the configuration as the last known good one (not a
+        O(trial)'s) and returns the instance's row; V(release) gives the lease back.
       - A node failing any phase fails the phase there (its row says why, its rank first); the role then runs the
         phases again with O(unit_config=good) on every node of the unit.
       - With O(undo), every phase gives each node what it ran before that run (the record the V(stop) phase found),

@@ -92,7 +92,8 @@ options:
     type: dict
     default: {}
   hosts:
-    description: With V(plan), the hosts of the sweep.
+    description: With V(plan), the trial slots of the sweep, by inventory name; a server over several hosts (a unit) is
+      one slot, named by its rank 0.
     type: list
     elements: str
     default: []
@@ -107,7 +108,8 @@ options:
     default: []
   facts:
     description: With V(fleet), per host C(gpu_name), C(gpu_count), C(model_path), C(draft_model_path), C(tp_size), C(sglang_version),
-      C(instances), C(before) (what it ran) and C(before_label).
+      C(instances), C(nodes) (how many hosts its server spans: 1, or the nodes of a unit), C(before) (what it ran) and
+      C(before_label); every node of a unit is given, each with its own.
     type: dict
     default: {}
   speculative:

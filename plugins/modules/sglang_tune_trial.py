@@ -82,6 +82,28 @@ options:
   dataset_path:
     description: The sweep's prompt file as copied to the host, when its grid has a C(benchmark.dataset).
     type: path
+  unit_step:
+    description:
+      - For a trial slot that is a server over several hosts (a unit), run on its rank 0, whose inventory name is the
+        slot's in the plan. Its nodes must be relaunched together, phase by phase over all of them, which one task on
+        one host cannot do: C(playbooks/tune.yml) relaunches the unit through the C(gpufleet.sglang.sglang_server)
+        role (its C(sglang_server_trial)) between the two steps.
+      - V(take) only takes the slot's trial from the run directory and returns it (RV(handed), RV(mark)); nothing
+        runs on the host.
+      - V(measure) takes what V(take) returned (O(handed)) and rank 0's row of the unit's relaunch (O(launched)),
+        runs M(gpufleet.sglang.sglang_benchmark) on rank 0 when the unit serves, and records the trial.
+      - Omitted, the whole trial on the host, as for a server on one host.
+    type: str
+    choices: [take, measure]
+  handed:
+    description: With O(unit_step=measure), the RV(handed) of the V(take) step of this round.
+    type: dict
+  launched:
+    description:
+      - With O(unit_step=measure), rank 0's rows of the unit's relaunch (the role's C(sglang_server_report)); the trial
+        fails, recorded with the reason, when the unit does not serve.
+    type: list
+    elements: dict
 notes:
   - Start it through C(ansible-playbook gpufleet.sglang.tune), which plans the sweep first and reports it after.
 seealso:
@@ -122,6 +144,17 @@ reason:
   returned: always
   type: str
   sample: "the server did not start with these parameters (failed): RuntimeError: CUDA error: an illegal memory access was encountered"
+handed:
+  description: With O(unit_step=take), the trial handed out (C(run), C(trial), C(speculative), C(environment),
+    C(span), C(reason)), to give to the V(measure) step.
+  returned: with unit_step=take
+  type: dict
+mark:
+  description: With O(unit_step=take), the trial's mark for every node's relaunch (C(sweep), C(trial), C(label));
+    null when the slot runs no trial this round.
+  returned: with unit_step=take
+  type: dict
+  sample: {sweep: /home/me/sweeps/sweep-1, trial: 'EAGLE3-2-1-3@default#1', label: EAGLE3 2/1/3}
 msg:
   description: The trial's progress line (as printed), or why the host ran none.
   returned: always
@@ -139,6 +172,9 @@ ARGUMENT_SPEC = dict(
     state_dir=dict(type='path'),
     sglang_version=dict(type='str'),
     dataset_path=dict(type='path'),
+    unit_step=dict(type='str', choices=['take', 'measure']),
+    handed=dict(type='dict'),
+    launched=dict(type='list', elements='dict'),
 )
 
 

@@ -19,14 +19,15 @@ UNITS = {'ds': ('node-c', 'node-d'), 'qw': ('node-e', 'node-f')}
 UNIT_OF = dict((node, name) for name, nodes in UNITS.items() for node in nodes)
 
 
-def two_units(path: Path, hosts: dict) -> dict:
-    """gpu_servers: gpu-a alone and one group per unit, each with its own name, nodes and rendezvous port."""
-    single = host_vars(hosts['gpu-a'])
-    children, made = {}, {'gpu-a': single}
+def two_units(path: Path, hosts: dict, with_single: bool = True, extra: dict | None = None) -> dict:
+    """gpu_servers: gpu-a alone (unless not ``with_single``) and one group per unit, each with its own name, nodes and
+    rendezvous port; ``extra`` goes into every node's variables."""
+    single = host_vars(hosts['gpu-a']) if with_single else None
+    children, made = {}, ({'gpu-a': single} if with_single else {})
     for name, nodes in UNITS.items():
         members = {}
         for node in nodes:
-            hvars = host_vars(hosts[node])
+            hvars = host_vars(hosts[node], **(extra or {}))
             for key in ('sglang_server_name', 'sglang_server_gpus'):
                 hvars.pop(key)
             members[node] = made[node] = hvars
@@ -39,7 +40,7 @@ def two_units(path: Path, hosts: dict) -> dict:
             sglang_server_tp_size=4,
         )
         children['unit_' + name] = dict(hosts=members, vars=group)
-    path.write_text(json.dumps(dict(gpu_servers=dict(hosts={'gpu-a': single}, children=children)), indent=2))
+    path.write_text(json.dumps(dict(gpu_servers=dict(hosts={'gpu-a': single} if with_single else {}, children=children)), indent=2))
     return dict(inventory=path, vars=made)
 
 

@@ -1,0 +1,115 @@
+"""playbooks/tune.yml over servers over two hosts each (units): each unit is one trial slot, named by its rank 0, its
+nodes relaunched together for each trial, rank 0 benchmarked; the units run their trials at once (issue 20 item 5).
+
+Fleet: unit ds (node-c rank 0, node-d rank 1) and unit qw (node-e rank 0, node-f rank 1), 2 GPUs a host, as
+test_multinode_two_units.py's without its host of its own.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from relaunch_fleet import run, server_pid, state, stop_all
+from test_multinode_relaunch import UNIT_ENVIRONMENT, held_by
+from test_multinode_two_units import UNIT_OF, UNITS, two_units
+from tune_fleet import SIM_CONFIG, tune, write_grid
+
+NODES = tuple(UNIT_OF)
+SLOTS = tuple(nodes[0] for nodes in UNITS.values())
+GRID = dict(
+    algorithm=['EAGLE'],
+    steps=[1, 3],
+    topk=[1],
+    draft_tokens=['auto'],
+    repeats=2,
+    seed=5,
+    benchmark=dict(input_len=16, output_len=32, num_prompts=2, concurrency=[1], warmup_requests=1),
+)
+
+
+@pytest.fixture
+def fleet(make_host, tmp_path):
+    hosts = dict((name, make_host(name, gpu_count=2)) for name in NODES)
+    for host in hosts.values():
+        (host.state_dir / 'simsglang.json').write_text(json.dumps(SIM_CONFIG))
+    settings = dict(sglang_server_environment=UNIT_ENVIRONMENT, sglang_server_ready_timeout=120)
+    made = two_units(tmp_path / 'inventory.json', hosts, with_single=False, extra=settings)
+    made.update(hosts=hosts)
+    out = run(made['inventory'], 'relaunch.yml')
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    yield made
+    stop_all(made['inventory'])
+
+
+def server_vars(fleet, host: str) -> dict:
+    return dict(fleet['vars'][host], sglang_server_name=UNIT_OF[host])
+
+
+def pids(fleet) -> dict:
+    return dict((host, server_pid(server_vars(fleet, host))) for host in NODES)
+
+
+def steps(found: dict) -> int:
+    return found['config']['speculative']['num_steps']
+
+
+def summary_lines(stdout: str) -> str:
+    """The text of the last "Say where the fleet was left", its lines joined by spaces."""
+    return ' '.join(stdout.rsplit('TASK [Say where the fleet was left]', 1)[-1].split())
+
+
+def trials_of(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / 'trials.jsonl').read_text().splitlines() if line.strip()]
+
+
+def test_each_unit_is_one_trial_slot_its_nodes_relaunched_together_and_given_back_at_the_end(fleet, tmp_path):
+    before = pids(fleet)
+    assert all(before.values()), before
+    first = dict((node, state(server_vars(fleet, node))) for node in NODES)
+    run_dir = tmp_path / 'sweep'
+    out = tune(fleet, write_grid(tmp_path / 'grid.yml', **GRID), '-e', 'run_dir=%s' % run_dir)
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-2000:]
+    plan = json.loads((run_dir / 'plan.json').read_text())
+    assert sorted(plan['hosts']) == sorted(SLOTS), plan['hosts']
+    trials = trials_of(run_dir)
+    # 3 points (the baseline included) x 2 repeats, each on a unit's rank 0, every one measured.
+    assert len(trials) == 6, trials
+    assert set(t['host'] for t in trials) == set(SLOTS), trials
+    assert all(t['status'] == 'ok' for t in trials), [t['reason'] for t in trials]
+    # A point's repeats on different units.
+    for point in set(t['point'] for t in trials):
+        assert sorted(t['host'] for t in trials if t['point'] == point) == sorted(SLOTS), point
+    # Each trial relaunched its unit (both nodes, the trial's mark on each, never recorded as good).
+    assert all(t['launch']['result'] == 'relaunched' for t in trials), [t['launch'] for t in trials]
+    # Every node is given back what it ran before, without a mark; fresh processes on both nodes of each unit.
+    after = pids(fleet)
+    assert all(after[n] and after[n] != before[n] for n in NODES), (before, after)
+    for node in NODES:
+        found = state(server_vars(fleet, node))
+        assert not found.get('trial'), (node, found.get('trial'))
+        assert steps(found) == steps(first[node]) == 2, node
+        assert found['last_good']['config_hash'] == first[node]['last_good']['config_hash'], node
+        assert held_by(fleet['hosts'][node], found['pid']), node
+    lines = summary_lines(out.stdout)
+    for node in NODES:
+        assert '%s: serves EAGLE 2/1/3 (pid %s); that is what it ran before the sweep, EAGLE 2/1/3, verified' % (node, after[node]) in lines, lines
+
+    # The same run directory again, with apply=force: nothing is measured again, and the winner goes to every node
+    # of every unit, the canary unit first, recorded as where the configuration comes from.
+    again = tune(fleet, write_grid(tmp_path / 'grid.yml', **GRID), '-e', 'run_dir=%s' % run_dir, '-e', 'apply=force')
+    assert again.returncode == 0, again.stdout[-8000:] + again.stderr[-2000:]
+    assert len(trials_of(run_dir)) == 6
+    winner = json.loads((run_dir / 'canary.json').read_text())
+    assert winner['ok'] is True, winner
+    applied = dict((node, state(server_vars(fleet, node))) for node in NODES)
+    wanted = set(steps(found) for found in applied.values())
+    assert len(wanted) == 1, applied
+    for node, found in applied.items():
+        assert not found.get('trial') and found['origin']['text'].startswith('applied by gpufleet.sglang.tune from %s' % run_dir), (node, found.get('origin'))
+        assert found['last_good']['config_hash'] == found['config_hash'], node
+    # The canary unit (the first in the inventory, ds) got the winner, and was measured with it, before the other
+    # unit was touched: the batches run one after the other.
+    assert max(applied[n]['started_at'] for n in UNITS['ds']) < min(applied[n]['started_at'] for n in UNITS['qw']), applied
+    rolled = again.stdout.split('PLAY [Apply the winner', 1)[1]
+    assert rolled.index('TASK [Measure the winner once more on the canary') < rolled.index('[node-e]'), rolled[:3000]
