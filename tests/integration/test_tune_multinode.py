@@ -1,7 +1,7 @@
 """playbooks/tune.yml over a fleet with a server over two hosts (a unit: node-c rank 0, node-d rank 1) beside a host
-of its own (gpu-a). The sweep does not yet run a unit's nodes together as one trial slot (issue 20 item 5), so it
-refuses a unit, named with its nodes, before anything is touched: a whole unit unless restore_only, and a target or
---limit that takes only part of one always. The hosts beside it are swept when the run leaves the unit out.
+of its own (gpu-a). A unit is one trial slot (test_tune_units.py), and the slots of a sweep must be alike: a unit
+beside a host of its own is refused before anything is touched, and so is a target or --limit that takes only part
+of a unit (restore_only too), named with its nodes. The host beside it is swept when the run leaves the unit out.
 
 Fleet as test_multinode_relaunch.py's.
 """
@@ -61,13 +61,15 @@ def refused(out, *lines: str) -> None:
     assert 'nothing was touched' in said
 
 
-def test_a_whole_unit_is_refused_by_the_sweep_before_anything_is_touched(fleet, tmp_path):
+def test_a_unit_beside_a_host_of_its_own_is_refused_as_not_alike_before_anything_is_touched(fleet, tmp_path):
+    # A unit is one trial slot; a slot of two hosts beside one of a single host would make a point look fast or slow
+    # for where it ran (test_tune_units.py sweeps units alike).
     before = pids(fleet)
     run_dir = tmp_path / 'sweep'
     out = tune(fleet, write_grid(tmp_path / 'grid.yml', **GRID), '-e', 'run_dir=%s' % run_dir)
-    refused(out, 'instance ds is one server over node-c, node-d (a unit): the sweep does not yet run a unit as one trial slot')
+    refused(out, 'the hosts of a sweep must be alike', 'node-c: nodes is 2 where gpu-a has 1', 'node-d: nodes is 2 where gpu-a has 1')
     assert pids(fleet) == before
-    assert not run_dir.exists()
+    assert not (run_dir / 'trials.jsonl').exists()
     # restore_only takes a whole unit: none of it carries a trial mark, so nothing of it changes.
     out = run(fleet['inventory'], 'tune.yml', '-e', 'restore_only=true', '-e', 'run_dir=%s' % run_dir)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]

@@ -113,3 +113,27 @@ def test_each_unit_is_one_trial_slot_its_nodes_relaunched_together_and_given_bac
     assert max(applied[n]['started_at'] for n in UNITS['ds']) < min(applied[n]['started_at'] for n in UNITS['qw']), applied
     rolled = again.stdout.split('PLAY [Apply the winner', 1)[1]
     assert rolled.index('TASK [Measure the winner once more on the canary') < rolled.index('[node-e]'), rolled[:3000]
+
+
+def test_a_rank_crashing_in_a_trial_fails_that_trial_naming_the_rank_and_the_sweep_goes_on(fleet, tmp_path):
+    # qw's rank 1 (node-f) crashes while loading 3 steps; its rank 0 alone would wait for a rendezvous that never comes.
+    (fleet['hosts']['node-f'].state_dir / 'simsglang.json').write_text(json.dumps(dict(SIM_CONFIG, crash_on=[dict(speculative_num_steps=3)])))
+    first = dict((node, state(server_vars(fleet, node))) for node in NODES)
+    run_dir = tmp_path / 'sweep'
+    out = tune(fleet, write_grid(tmp_path / 'grid.yml', **GRID), '-e', 'run_dir=%s' % run_dir)
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-2000:]
+    trials = trials_of(run_dir)
+    assert len(trials) == 6, trials
+    failed = [t for t in trials if t['status'] == 'failed']
+    # The one trial of 3 steps on qw (slot node-e); the same point on ds was measured.
+    assert [(t['host'], t['point']) for t in failed] == [('node-e', 'EAGLE-3-1-4@default')], [(t['host'], t['point'], t['reason']) for t in trials]
+    assert 'the server did not start with these parameters' in failed[0]['reason'], failed[0]['reason']
+    assert 'node-f (rank 1: ' in failed[0]['reason'] and 'exited during startup' in failed[0]['reason'], failed[0]['reason']
+    assert [t['status'] for t in trials if t['point'] == 'EAGLE-3-1-4@default' and t['host'] == 'node-c'] == ['ok']
+    # Every node ends on what it ran before, verified, without a mark; nothing of the crashed trial is left.
+    lines = summary_lines(out.stdout)
+    for node in NODES:
+        found = state(server_vars(fleet, node))
+        assert not found.get('trial') and steps(found) == steps(first[node]), (node, found.get('trial'))
+        assert held_by(fleet['hosts'][node], found['pid']), node
+        assert '%s: serves EAGLE 2/1/3 (pid %s); that is what it ran before the sweep' % (node, found['pid']) in lines, lines
