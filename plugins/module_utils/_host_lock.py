@@ -25,6 +25,11 @@ from ansible_collections.gpufleet.sglang.plugins.module_utils._nvml import Nvml
 
 LOCK_NAME = 'relaunch.lock'
 LEASE_NAME = 'relaunch.lease'
+# A lease of tune.yml's (its token begins with tune-): what ends it before it lapses.
+TAKEOVER_HINT = (
+    '; a tune.yml interrupted in the trial of a server over several hosts leaves such a lease: run that tune.yml again with '
+    'the same run_dir, which takes it over once the ansible-playbook that held the sweep is gone'
+)
 
 
 class HostLock:
@@ -34,11 +39,13 @@ class HostLock:
     The holder writes who it is into the file, for the message of the run it refuses.
     """
 
-    def __init__(self, state_dir: str, token: str | None = None) -> None:
+    def __init__(self, state_dir: str, token: str | None = None, takeover: str | None = None) -> None:
         self.path = os.path.join(state_dir, LOCK_NAME)
         self.fd: int | None = None
         # A call that is part of a transaction over several calls (Lease): its own lease does not refuse it.
         self.token = token
+        # Nor does a lease whose token starts with this (its controller is known to be gone: see Lease.take).
+        self.takeover = takeover
 
     def holder(self) -> str:
         try:
@@ -81,9 +88,10 @@ class HostLock:
         finally:
             os.close(fd)
         held = Lease(os.path.dirname(self.path), '', 0).read()
-        if held:
+        if held and not taken_over(held, self.takeover):
             raise LaunchError(
-                'a relaunch of a server over several hosts holds this host (lease of %s, until %s); wait for it to end' % (held.get('token'), held.get('until'))
+                'a relaunch of a server over several hosts holds this host (lease of %s, until %s); wait for it to end%s'
+                % (held.get('token'), held.get('until'), TAKEOVER_HINT if str(held.get('token')).startswith('tune-') else '')
             )
 
     def release(self) -> None:
@@ -94,12 +102,12 @@ class HostLock:
     def refuse_leased(self, token: str | None = None) -> None:
         """Under the flock: refuse when another transaction's live lease holds the host (see Lease)."""
         held = Lease(os.path.dirname(self.path), token or '', 0).read()
-        if held and held.get('token') != token:
+        if held and held.get('token') != token and not taken_over(held, self.takeover):
             self.release()
             raise LaunchError(
                 'a relaunch of a server over several hosts holds this host (lease of %s, run by pid %s of %s, until %s); wait for it to '
-                'end (the lease lapses by itself at that time if its controller died)'
-                % (held.get('token'), held.get('pid'), held.get('user'), held.get('until'))
+                'end (the lease lapses by itself at that time if its controller died)%s'
+                % (held.get('token'), held.get('pid'), held.get('user'), held.get('until'), TAKEOVER_HINT if str(held.get('token')).startswith('tune-') else '')
             )
 
     def __enter__(self) -> HostLock:
@@ -133,11 +141,15 @@ class Lease:
             return None
         return held
 
-    def take(self, renew_only: bool = False) -> None:
+    def take(self, renew_only: bool = False, takeover: str | None = None) -> None:
         """Take or renew the lease (the caller holds the flock); refused when another token's lease lives, or, with
-        ``renew_only``, when this token holds none (it lapsed, or another transaction ran since)."""
+        ``renew_only``, when this token holds none (it lapsed, or another transaction ran since).
+
+        ``takeover``: a lease whose token starts with it is taken over as if it had lapsed. The caller knows that its
+        controller is gone: tune.yml gives its sweep's prefix once it holds the sweep's run directory, which it takes
+        only when the ansible-playbook that held it no longer runs (a sweep interrupted in a unit's trial)."""
         held = self.read()
-        if held and held.get('token') != self.token:
+        if held and held.get('token') != self.token and not (not renew_only and taken_over(held, takeover)):
             raise LaunchError(
                 'lease: another transaction holds this host (lease of %s, pid %s, until %s)' % (held.get('token'), held.get('pid'), held.get('until'))
             )
@@ -163,6 +175,12 @@ class Lease:
             os.unlink(self.path)
             return True
         return False
+
+
+def taken_over(held: dict, takeover: str | None) -> bool:
+    """Whether the lease ``held`` is one the caller may take over (its token starts with ``takeover``)."""
+    token = held.get('token')
+    return bool(takeover) and isinstance(token, str) and token.startswith(takeover)
 
 
 class LockedNvml:

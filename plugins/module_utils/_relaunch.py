@@ -376,7 +376,7 @@ class Relaunch:
         started = time.monotonic()
         self.validate()
         self.seconds_validate = round(time.monotonic() - started, 3)
-        lock = HostLock(self.state_dir)
+        lock = HostLock(self.state_dir, takeover=self.params.get('lease_takeover') or None)
         units = [spec for spec in self.specs if spec.unit]
         if units and not self.check_mode and self.state != 'stopped':
             # Never run host by host: its nodes go through the phases of unit_phase together (_unit_phase.py).

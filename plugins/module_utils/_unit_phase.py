@@ -64,6 +64,7 @@ class UnitPhase:
         self.good = params.get('unit_config') == 'good'
         self.failure: str | None = params.get('unit_failure') or None
         self.lease = Lease(relaunch.state_dir, params.get('lease') or '', params['lease_seconds'])
+        self.takeover: str | None = params.get('lease_takeover') or None
 
     def validate(self) -> None:
         relaunch = self.relaunch
@@ -137,7 +138,7 @@ class UnitPhase:
         if relaunch.check_mode:
             return relaunch.finish([relaunch.plan(spec) for spec in relaunch.specs])
         ensure_private_dir(relaunch.state_dir, 0o711 if any(relaunch.foreign_user(s) for s in relaunch.specs) else 0o700)
-        with HostLock(relaunch.state_dir, self.lease.token):
+        with HostLock(relaunch.state_dir, self.lease.token, self.takeover):
             if self.phase == 'release':
                 released = self.lease.release()
                 relaunch.read_states()
@@ -151,7 +152,7 @@ class UnitPhase:
             # A unit's first phase takes the lease; every later one must still hold it (or another may have run). So
             # must a rollback's stop, on a node that took part in the transaction: one whose own first phase was
             # refused as a whole (before it took the lease: its validation, its lock) takes it there instead.
-            self.lease.take(renew_only=self.phase != 'stop' or (self.good and self.joined()))
+            self.lease.take(renew_only=self.phase != 'stop' or (self.good and self.joined()), takeover=self.takeover)
             with Nvml() as nvml:
                 relaunch.nvml = LockedNvml(nvml)
                 with ThreadPoolExecutor(max_workers=len(relaunch.specs)) as pool:

@@ -463,6 +463,15 @@ options:
     description: How long the lease lives after each phase renews it; longer than any one phase (stop, ready timeouts).
     type: float
     default: 3600
+  lease_takeover:
+    description:
+      - A lease whose token starts with this is taken over (by the V(stop) phase of O(unit_phase)) and does not
+        refuse the call, as if it had lapsed; in check mode, it does not refuse the check either.
+      - Only for a caller that knows the lease's controller is gone. C(playbooks/tune.yml) gives the prefix of its
+        own sweep's leases once it holds the sweep's run directory, which it takes only when the C(ansible-playbook)
+        that held it no longer runs; a sweep interrupted in the middle of a unit's trial so goes on at once, rather than
+        after O(lease_seconds).
+    type: str
 notes:
   - The host lock (C(<state_dir>/relaunch.lock)) is an C(flock); a second run while one holds it is refused at
     once with the holder's pid, user and start time. The kernel drops it when its holder dies, so an
@@ -779,6 +788,7 @@ def main() -> None:
             unit_failure=dict(type='str'),
             lease=dict(type='str', no_log=False),
             lease_seconds=dict(type='float', default=3600),
+            lease_takeover=dict(type='str'),
         ),
         required_by=dict(unit_phase=['lease']),
         supports_check_mode=True,
