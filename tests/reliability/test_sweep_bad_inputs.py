@@ -94,6 +94,9 @@ GRIDS = [
     ('env-PYTHONPATH', dict(environments=dict(p=dict(PYTHONPATH='/tmp'))), [], ['environments.p.PYTHONPATH: decides which code the server loads']),
     ('env-list-value', dict(environments=dict(v=dict(NCCL_ALGO=['Ring']))), [], ['environments.v.NCCL_ALGO: the value is not a string']),
     ('extra-var-repeat', {}, ['-e', 'repeat=10'], ['repeat: is not a grid key; did you mean repeats?']),
+    # The batches of the restore and of the winner's roll (a unit's nodes in one) are worked out before any trial.
+    ('extra-var-batch-negative', {}, ['-e', 'batch=-1'], ["batch: '-1' is not a number of hosts (0 or more)"]),
+    ('extra-var-batch-text', {}, ['-e', 'batch=two'], ["batch: 'two' is not a number of hosts (0 or more)"]),
     ('grid-search-bogus', dict(search='bisect'), [], ["search: 'bisect' is not one of grid, racing"]),
     ('grid-racing-4-repeats', dict(search='racing', repeats=4), [], ['search: racing needs repeats above 4']),
     ('extra-var-max_trials-grid', {}, ['-e', 'max_trials=5'], ['max_trials: 5 is a budget of search: racing']),
