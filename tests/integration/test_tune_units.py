@@ -16,6 +16,8 @@ from test_multinode_two_units import UNIT_OF, UNITS, two_units
 from tune_fleet import SIM_CONFIG, tune, write_grid
 
 NODES = tuple(UNIT_OF)
+# test_tune_load.py's simulated scheduler: at most 5 requests at once without speculation, 400 tok/s.
+LOAD_CONFIG = dict(base_tok_s=400.0, max_running_requests=5)
 SLOTS = tuple(nodes[0] for nodes in UNITS.values())
 GRID = dict(
     algorithm=['EAGLE'],
@@ -137,3 +139,36 @@ def test_a_rank_crashing_in_a_trial_fails_that_trial_naming_the_rank_and_the_swe
         assert not found.get('trial') and steps(found) == steps(first[node]), (node, found.get('trial'))
         assert held_by(fleet['hosts'][node], found['pid']), node
         assert '%s: serves EAGLE 2/1/3 (pid %s); that is what it ran before the sweep' % (node, found['pid']) in lines, lines
+
+
+def test_the_load_search_runs_on_units_each_finalist_on_one_unit(fleet, tmp_path):
+    # test_tune_load.py's knee, on units: the simulated scheduler of rank 0 admits 5 requests at once without
+    # speculation, so the baseline meets the 150 ms TTFT limit at 5 and not at 6; the speculative point up to 12.
+    for host in fleet['hosts'].values():
+        # Read by every server started from now on: each trial's is.
+        (host.state_dir / 'simsglang.json').write_text(json.dumps(dict(SIM_CONFIG, **LOAD_CONFIG)))
+    grid = write_grid(
+        tmp_path / 'grid.yml',
+        steps=[3],
+        repeats=2,
+        seed=5,
+        benchmark=dict(input_len=32, output_len=128, range_ratio=1.0, num_prompts=16, concurrency=[2, 4], warmup_requests=1),
+        slo=dict(ttft_ms=150),
+        load_search=dict(max=12, max_levels=4, finalists=1),
+    )
+    run_dir = tmp_path / 'sweep'
+    out = tune(fleet, grid, '-e', 'run_dir=%s' % run_dir)
+    assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-2000:]
+    loads = [t for t in trials_of(run_dir) if t.get('phase') == 'load']
+    assert loads and all(t['status'] == 'ok' for t in loads), loads
+    by_point: dict = {}
+    for trial in loads:
+        by_point.setdefault(trial['point'], []).append((trial['host'], trial['levels'][0]['concurrency'], trial['levels'][0]['slo_attainment']))
+    baseline, spec = by_point['baseline@default'], by_point['EAGLE-3-1-4@default']
+    # Each finalist searched on one unit (by its rank 0), the two units at once.
+    assert len(set(h for h, c, a in baseline)) == 1 and len(set(h for h, c, a in spec)) == 1, by_point
+    assert set(h for h, c, a in baseline + spec) == set(SLOTS), by_point
+    assert [(c, a == 1.0) for h, c, a in baseline] == [(8, False), (6, False), (5, True)], baseline
+    assert [(c, a) for h, c, a in spec] == [(8, 1.0), (12, 1.0)], spec
+    for node in NODES:
+        assert not state(server_vars(fleet, node)).get('trial'), node
