@@ -80,9 +80,9 @@ class ActionModule(ActionBase):
         result.update(run=True, trial=trial, status=None, reason=None)
         name = params['instances'][0].get('name')
         rows = [row for row in params['launched'] or [] if isinstance(row, dict) and row.get('name') in (name, '*')]
-        launch = dict(instances=rows) if rows else dict(failed=True, msg='the unit was not relaunched (no row of its rank 0)')
-        if rows and not trials.serves(launch):
-            launch['failed'] = True
+        launch: dict = dict(instances=rows, failed=not trials.serves(dict(instances=rows)))
+        if not rows:
+            launch.update(msg='the unit was not relaunched (no row of its rank 0)')
         return self.run_on_host(result, run_dir, plan, trial, handed, params, task_vars, check_mode, None, launch)
 
     def run_on_host(self, result, run_dir, plan, trial, handed, params, task_vars, check_mode, launch_args, launch=None) -> dict:

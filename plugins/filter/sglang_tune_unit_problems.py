@@ -14,7 +14,7 @@ description:
     once, named by its instance and its nodes in rank order.
   - A unit some of whose nodes are outside the play (a C(target) or C(--limit) that takes only part of it) is
     refused (a restore with C(restore_only) too), naming the unit, the nodes the play takes and the nodes it leaves out.
-  - A unit whose nodes are all in the play is let through: it is one trial slot of the sweep, its nodes relaunched
+  - A unit whose nodes are all in the play is let through - it is one trial slot of the sweep, its nodes relaunched
     together for each trial (a trial of one node alone would be wrong).
   - Returns one line per unit, and an empty list when there is nothing to refuse.
 options:

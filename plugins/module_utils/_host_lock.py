@@ -180,7 +180,7 @@ class Lease:
 def taken_over(held: dict, takeover: str | None) -> bool:
     """Whether the lease ``held`` is one the caller may take over (its token starts with ``takeover``)."""
     token = held.get('token')
-    return bool(takeover) and isinstance(token, str) and token.startswith(takeover)
+    return isinstance(takeover, str) and bool(takeover) and isinstance(token, str) and token.startswith(takeover)
 
 
 class LockedNvml:

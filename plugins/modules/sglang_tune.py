@@ -108,7 +108,7 @@ options:
     default: []
   facts:
     description: With V(fleet), per host C(gpu_name), C(gpu_count), C(model_path), C(draft_model_path), C(tp_size), C(sglang_version),
-      C(instances), C(nodes) (how many hosts its server spans: 1, or the nodes of a unit), C(before) (what it ran) and
+      C(instances), C(nodes) (how many hosts its server spans, 1 or the nodes of a unit), C(before) (what it ran) and
       C(before_label); every node of a unit is given, each with its own.
     type: dict
     default: {}

@@ -86,7 +86,7 @@ options:
     description:
       - For a trial slot that is a server over several hosts (a unit), run on its rank 0, whose inventory name is the
         slot's in the plan. Its nodes must be relaunched together, phase by phase over all of them, which one task on
-        one host cannot do: C(playbooks/tune.yml) relaunches the unit through the C(gpufleet.sglang.sglang_server)
+        one host cannot do; C(playbooks/tune.yml) relaunches the unit through the C(gpufleet.sglang.sglang_server)
         role (its C(sglang_server_trial)) between the two steps.
       - V(take) only takes the slot's trial from the run directory and returns it (RV(handed), RV(mark)); nothing
         runs on the host.

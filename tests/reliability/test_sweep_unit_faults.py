@@ -67,6 +67,12 @@ def interrupt(proc: subprocess.Popen) -> None:
         proc.wait(timeout=60)
 
 
+def same_trial(fleet, nodes) -> list[dict] | None:
+    """The marks of ``nodes`` when every one carries a mark of the same trial, else None."""
+    found = [node_state(fleet, node).get('trial') or {} for node in nodes]
+    return found if all(found) and len(set(m['trial'] for m in found)) == 1 else None
+
+
 def node_state(fleet, node: str) -> dict:
     return state(dict(fleet['vars'][node], sglang_server_name=UNIT_OF[node])) or {}
 
@@ -82,13 +88,7 @@ def test_ctrl_c_in_a_units_trial_then_the_rerun_takes_over_its_lease_restores_th
     reader.start()
     try:
         # Both nodes of ds carry the mark of the same trial: the unit's relaunch has begun on each.
-        marks = wait_for(
-            lambda: (lambda found: found if all(found) and len(set(m['trial'] for m in found)) == 1 else None)(
-                [node_state(fleet, node).get('trial') for node in UNITS['ds']]
-            ),
-            timeout=300,
-            what='a trial mark on both nodes of ds',
-        )
+        marks = wait_for(lambda: same_trial(fleet, UNITS['ds']), timeout=300, what='a trial mark on both nodes of ds')
     finally:
         interrupt(proc)
     reader.join(timeout=60)
