@@ -30,8 +30,8 @@ GRID = dict(
 )
 
 
-@pytest.fixture
-def fleet(make_host, tmp_path):
+def serving_units(make_host, tmp_path) -> dict:
+    """The two units on four simulated hosts of 2 GPUs, serving EAGLE 2/1/3 through relaunch.yml."""
     hosts = dict((name, make_host(name, gpu_count=2)) for name in NODES)
     for host in hosts.values():
         (host.state_dir / 'simsglang.json').write_text(json.dumps(SIM_CONFIG))
@@ -40,6 +40,12 @@ def fleet(make_host, tmp_path):
     made.update(hosts=hosts)
     out = run(made['inventory'], 'relaunch.yml')
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    return made
+
+
+@pytest.fixture
+def fleet(make_host, tmp_path):
+    made = serving_units(make_host, tmp_path)
     yield made
     stop_all(made['inventory'])
 

@@ -23,35 +23,23 @@ import pytest
 from relaunch_fleet import run, server_pid, state, stop_all
 from reliability import scan
 from simfleet import wait_for
-from test_multinode_relaunch import UNIT_ENVIRONMENT, held_by
-from test_multinode_two_units import UNIT_OF, UNITS, two_units
+from test_multinode_relaunch import held_by
+from test_multinode_two_units import UNIT_OF, UNITS
 from test_sweep_faults import tune_popen
-from tune_fleet import SIM_CONFIG, write_grid
+from test_tune_units import GRID as UNITS_GRID
+from test_tune_units import serving_units
+from tune_fleet import write_grid
 
 pytestmark = [pytest.mark.fault, pytest.mark.surface('sweep')]
 
 NODES = tuple(UNIT_OF)
-GRID = dict(
-    algorithm=['EAGLE'],
-    steps=[3],
-    topk=[1],
-    draft_tokens=['auto'],
-    repeats=2,
-    seed=7,
-    benchmark=dict(input_len=8, output_len=16, num_prompts=2, concurrency=[1], warmup_requests=0),
-)
+# One point and the baseline, twice each: two rounds on the two units.
+GRID = {**UNITS_GRID, 'steps': [3], 'seed': 7, 'benchmark': dict(input_len=8, output_len=16, num_prompts=2, concurrency=[1], warmup_requests=0)}
 
 
 @pytest.fixture
 def fleet(make_host, tmp_path):
-    hosts = dict((name, make_host(name, gpu_count=2)) for name in NODES)
-    for host in hosts.values():
-        (host.state_dir / 'simsglang.json').write_text(json.dumps(SIM_CONFIG))
-    settings = dict(sglang_server_environment=UNIT_ENVIRONMENT, sglang_server_ready_timeout=120)
-    made = two_units(tmp_path / 'inventory.json', hosts, with_single=False, extra=settings)
-    made.update(hosts=hosts)
-    out = run(made['inventory'], 'relaunch.yml')
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr
+    made = serving_units(make_host, tmp_path)
     yield made
     stop_all(made['inventory'])
 
