@@ -5,8 +5,12 @@ SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 PYTEST_WORKERS ?= auto
+# Every pytest line records where its time goes (tests/support/suite_timing.py) under .build/timings/<tier>.
+TIMINGS := $(CURDIR)/.build/timings
+PYTEST = GPUFLEET_TIMINGS=$(TIMINGS)/$@ python -m pytest -p no:cacheprovider -p tests.support.suite_timing
 
-.PHONY: bootstrap collection demo simfleet simfleet-down test sanity units compat integration reliability lint contract containers molecule awx ee bench bench-relaunch bench-tune lock clean
+.PHONY: bootstrap collection demo simfleet simfleet-down test check report sanity units compat integration integration-fast reliability lint contract containers molecule awx ee ee-jobs \
+  prepare-compat prepare-containers prepare-ee prepare-real bench bench-relaunch bench-tune lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -29,8 +33,18 @@ simfleet: bootstrap
 simfleet-down: bootstrap
 	python tests/tools/simfleet.py down --dir $(DIR)
 
-test: sanity units compat lint integration reliability contract containers molecule awx ee real
-	@echo "all test tiers passed"
+# Every tier, on two lanes (tests/tools/suite.py): the tiers one after another, and beside them the environments and
+# images the later tiers need, then the container tiers. Ends with each step's wall time against tests/budgets.yml.
+test: collection
+	python tests/tools/suite.py run test
+
+# The inner loop (at most 5 minutes): sanity, units, and the integration tests that run each module once.
+check: collection
+	python tests/tools/suite.py run check
+
+# Where the last run's time went: per tier, per file, per fixture set up, per ansible run.
+report: bootstrap
+	python tests/tools/suite.py report
 
 # Changelog fragments: the sections of changelogs/config.yaml, each entry a string (new modules and plugins
 # come from their version_added, never from a fragment).
@@ -51,12 +65,14 @@ units: collection
 # as the AnsiballZ payloads 2.17 builds (tests/support/ansiballz.py), its playbooks through 2.17's ansible-playbook
 # (the simulated hosts run the modules with the interpreter of the pytest that drives them).
 COMPAT := $(CURDIR)/.venv-2.17/bin
-compat: collection
+prepare-compat: collection
 	tests/tools/bootstrap.sh compat
+
+compat: prepare-compat
 	cd .build/ansible_collections/gpufleet/sglang && \
 	  $(COMPAT)/ansible-test sanity --venv --python 3.11 --color no --skip-test pylint --skip-test pep8 && \
 	  $(COMPAT)/ansible-test units --venv --python 3.11 --color no
-	$(COMPAT)/python -m pytest -p no:cacheprovider tests/integration/test_sglang_launch.py
+	GPUFLEET_TIMINGS=$(TIMINGS)/$@ $(COMPAT)/python -m pytest -p no:cacheprovider -p tests.support.suite_timing tests/integration/test_sglang_launch.py
 
 # awx/apply.yml and the molecule scenarios use awx.awx and containers.podman: unpacked into .cache first.
 lint: collection
@@ -66,41 +82,53 @@ lint: collection
 	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections ansible-lint --profile production --strict
 
 integration: collection
-	python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
+	$(PYTEST) -n $(PYTEST_WORKERS) tests/simgpu tests/simsglang tests/integration
+
+# Each module and playbook family once (tests marked `fast` in tests/integration), for `make check`.
+integration-fast: collection
+	$(PYTEST) -n $(PYTEST_WORKERS) -m fast tests/integration
 
 # Bad inputs refused before anything stops, faults survived, secrets kept: prints its counts per surface at the end.
 reliability: collection
-	python -m pytest -p no:cacheprovider -n 2 --dist loadfile tests/reliability
+	$(PYTEST) -n 2 --dist loadfile tests/reliability
 
 contract: bootstrap
-	python -m pytest -p no:cacheprovider tests/contract
+	$(PYTEST) tests/contract
 
 # AWX job templates run through ansible-runner on the simulated fleet; apply.yml and the execution environment.
 awx: bootstrap
 	tests/awx/install-awx-collection.sh
-	python -m pytest -p no:cacheprovider -n 2 tests/awx
+	$(PYTEST) -n 2 tests/awx
 
 # The execution environment built from awx/execution-environment.yml with ansible-builder and podman on the
 # container tier's base image (needs root), then job templates run in it over SSH (docs/awx.md).
-ee: bootstrap
+prepare-ee: bootstrap
 	tests/awx/build-ee.sh
-	python -m pytest -p no:cacheprovider tests/awx/ee_jobs.py
+
+ee: prepare-ee ee-jobs
+
+ee-jobs: bootstrap
+	$(PYTEST) tests/awx/ee_jobs.py
 
 # The collection against the real SGLang 0.5.23 on this machine's CPU (tests/real): its environment (11 GB, from
 # tests/real/requirements.txt) and a tiny model are built once into ~/.cache/gpufleet-real and reused.
 .PHONY: real
-real: bootstrap
+prepare-real: bootstrap
 	tests/real/bootstrap.sh
-	python -m pytest -p no:cacheprovider tests/real
+
+real: prepare-real
+	$(PYTEST) tests/real
 
 # Podman containers running systemd, built locally once per machine (needs root).
-containers: bootstrap
+prepare-containers: bootstrap
 	tests/containers/prepare.sh
 	tests/containers/install-collections.sh
-	python -m pytest -p no:cacheprovider tests/containers
+
+containers: prepare-containers
+	$(PYTEST) tests/containers
 
 # Molecule fleet scenarios (extensions/molecule): three podman hosts each, simulated GPUs (needs root).
-molecule: containers
+molecule: prepare-containers
 	tests/molecule/run.sh
 
 bench: collection

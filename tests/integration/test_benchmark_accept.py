@@ -12,7 +12,8 @@ import pytest
 from relaunch_fleet import host_vars, run, write_inventory
 from test_tune_slo import code, diverse, jsonl_file
 
-# The benchmark of each run: four requests of 64 tokens at concurrency 1 after one warm-up request.
+# The benchmark of each run: four requests of 64 tokens at concurrency 1 after one warm-up request, on each host's
+# own files in turn (bench_files), its levels kept in bench_out.
 PLAY = '''
 - name: Benchmark the host's server on each file of prompts in turn
   hosts: gpu_servers
@@ -30,43 +31,51 @@ PLAY = '''
         concurrency: [1]
         warmup_requests: 1
         seed: 3
-      loop: "{{ files }}"
+      loop: "{{ bench_files }}"
       register: bench
     - name: Keep the levels
       ansible.builtin.copy:
         content: "{{ bench.results | map(attribute='levels') | list | to_json }}"
-        dest: "{{ out }}"
+        dest: "{{ bench_out }}"
         mode: '0600'
 '''
 
 
-def bench(make_host, tmp_path: Path, name: str, metrics: bool, files: list[Path]) -> list[dict]:
-    """The first level of each benchmark run, in turn, against one fresh server (with or without /metrics)."""
-    host = make_host(name, gpu_count=1)
-    (host.state_dir / 'simsglang.json').write_text(json.dumps(dict(startup_seconds=0.2, warmup_seconds=0.05, content_accept_gain=1.0)))
+def bench(make_host, tmp_path: Path, runs: dict[str, tuple[bool, list[Path]]]) -> dict[str, list[dict]]:
+    """host -> the first level of each of its benchmark runs, in turn, each host with a fresh server of its own
+    (with or without /metrics): one fleet, started, benchmarked and stopped by one run each."""
+    fleet = {}
     speculative = dict(algorithm='EAGLE', draft_model_path='sim/eagle-draft', num_steps=5, eagle_topk=1, num_draft_tokens=6)
-    hvars = host_vars(host, sglang_server_speculative=speculative, sglang_server_instances=[dict(name='llama', enable_metrics=metrics)])
-    inventory = write_inventory(tmp_path / ('%s.json' % name), {name: hvars})
+    for name, (metrics, files) in runs.items():
+        host = make_host(name, gpu_count=1)
+        (host.state_dir / 'simsglang.json').write_text(json.dumps(dict(startup_seconds=0.2, warmup_seconds=0.05, content_accept_gain=1.0)))
+        fleet[name] = host_vars(
+            host,
+            sglang_server_speculative=speculative,
+            sglang_server_instances=[dict(name='llama', enable_metrics=metrics)],
+            bench_files=[str(f) for f in files],
+            bench_out=str(tmp_path / ('%s-levels.json' % name)),
+        )
+    inventory = write_inventory(tmp_path / 'fleet.json', fleet)
     try:
-        started = run(inventory, 'relaunch.yml')
+        started = run(inventory, 'relaunch.yml', '-e', 'batch=%d' % len(fleet))
         assert started.returncode == 0, started.stdout[-3000:] + started.stderr
         play = tmp_path / 'bench.yml'
         play.write_text(PLAY)
-        out = tmp_path / ('%s-levels.json' % name)
-        extra = json.dumps(dict(files=[str(f) for f in files], out=str(out)))
-        done = run(inventory, str(play), '-e', extra)
+        done = run(inventory, str(play))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-        return [levels[0] for levels in json.loads(out.read_text())]
+        return {name: [levels[0] for levels in json.loads(Path(hvars['bench_out']).read_text())] for name, hvars in fleet.items()}
     finally:
         run(inventory, 'stop.yml', timeout=120)
 
 
+@pytest.mark.fast('sglang_benchmark')
 def test_each_level_gets_its_own_accept_length_from_the_servers_counters(make_host, tmp_path):
     code_file = jsonl_file(tmp_path / 'code.jsonl', code)
     prose_file = jsonl_file(tmp_path / 'prose.jsonl', diverse)
-    with_metrics = bench(make_host, tmp_path, 'node-m', True, [code_file, prose_file])
-    without = bench(make_host, tmp_path, 'node-p', False, [code_file, prose_file])
-    fresh_prose = bench(make_host, tmp_path, 'node-f', False, [prose_file])[0]
+    runs = {'node-m': (True, [code_file, prose_file]), 'node-p': (False, [code_file, prose_file]), 'node-f': (False, [prose_file])}
+    levels = bench(make_host, tmp_path, runs)
+    with_metrics, without, fresh_prose = levels['node-m'], levels['node-p'], levels['node-f'][0]
     assert all(level['measured'] for level in with_metrics + without + [fresh_prose])
     assert [level['accept_length_source'] for level in with_metrics] == ['level', 'level']
     assert [level['accept_length_source'] for level in without] == ['since_start', 'since_start']

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from simfleet import alive, wait_for
 
 
@@ -23,6 +24,7 @@ def fake_detokenizer(host) -> int:
     return int(info['detokenizer'])
 
 
+@pytest.mark.fast('gpu_info')
 def test_gpu_info_reports_gpus_memory_and_holders(host):
     server = host.hold(1, 20480, 'sglang::scheduler_TP0')
     info = host.module('gpu_info')
@@ -120,6 +122,7 @@ def test_check_mode_signals_nothing(host):
     assert all(alive(pid) for pid in everything)
 
 
+@pytest.mark.fast('gpu_kill', 'gpu_wait_clean')
 def test_kill_then_wait_clean_and_second_run_changes_nothing(host):
     host.launch_fake_server('0:50000', '1:50000', '2:50000', '3:50000')
     first = host.module('gpu_kill', dict(grace_period=2))

@@ -54,6 +54,7 @@ def steps_running(hvars: dict) -> int:
     return current['config']['speculative']['num_steps']
 
 
+@pytest.mark.fast()
 def test_relaunch_steps_3_then_again_changes_nothing(fleet):
     before = start(fleet)
     out = run(fleet['inventory'], 'relaunch.yml', '-e', 'steps=3')

@@ -180,6 +180,7 @@ def test_check_mode_reports_a_server_the_router_does_not_know_and_the_roll_does_
     assert all(r.endswith('unchanged') for r in table(again.stdout)[1:]), table(again.stdout)
 
 
+@pytest.mark.fast('sglang_router_worker')
 def test_the_last_healthy_worker_is_never_taken_out(routed):
     start(routed)
     router = routed['router']

@@ -77,6 +77,7 @@ def configure(host, **settings) -> None:
     (host.state_dir / 'simsglang.json').write_text(json.dumps(settings))
 
 
+@pytest.mark.fast('sglang_launch')
 def test_launch_is_idempotent_and_relaunch_applies_new_steps(host, sglang):
     first = host.launch(sglang)
     assert first['changed'] and not first['failed'], first.get('msg')
@@ -399,6 +400,7 @@ def test_a_reused_session_id_is_never_signalled(host, sglang):
         stranger.wait()
 
 
+@pytest.mark.fast('sglang_info')
 def test_info_refuses_a_name_that_is_a_path(host, sglang):
     result = host.module('sglang_info', dict(names=['../llama'], state_dir=sglang['state_dir']))
     assert result['failed'] and result['msg'].startswith("names: '../llama' is not an instance name"), result

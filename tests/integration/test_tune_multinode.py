@@ -92,6 +92,7 @@ def test_a_target_or_limit_that_takes_part_of_a_unit_is_refused_naming_it(fleet,
     assert not (tmp_path / 'sweep').exists()
 
 
+@pytest.mark.fast('sglang_tune', 'sglang_tune_trial')
 def test_the_host_beside_a_unit_is_swept_when_the_run_leaves_the_unit_out(fleet, tmp_path):
     before = pids(fleet)
     run_dir = tmp_path / 'sweep'
