@@ -10,7 +10,7 @@ TIMINGS := $(CURDIR)/.build/timings
 PYTEST = GPUFLEET_TIMINGS=$(TIMINGS)/$@ python -m pytest -p no:cacheprovider -p tests.support.suite_timing
 
 .PHONY: bootstrap collection demo simfleet simfleet-down test check report sanity units compat integration integration-fast reliability lint contract containers molecule awx ee ee-jobs \
-  prepare-compat prepare-containers prepare-ee prepare-real bench bench-relaunch bench-tune lock clean
+  prepare-collections prepare-compat prepare-containers prepare-ee prepare-real bench bench-relaunch bench-tune lock clean
 
 bootstrap:
 	@tests/tools/bootstrap.sh
@@ -75,9 +75,11 @@ compat: prepare-compat
 	GPUFLEET_TIMINGS=$(TIMINGS)/$@ $(COMPAT)/python -m pytest -p no:cacheprovider -p tests.support.suite_timing tests/integration/test_sglang_launch.py
 
 # awx/apply.yml and the molecule scenarios use awx.awx and containers.podman: unpacked into .cache first.
-lint: collection
+prepare-collections: bootstrap
 	tests/awx/install-awx-collection.sh
 	tests/containers/install-collections.sh
+
+lint: collection prepare-collections
 	cd .build/ansible_collections/gpufleet/sglang && \
 	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/collections ansible-lint --profile production --strict
 

@@ -30,6 +30,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -44,6 +45,7 @@ TIMINGS = REPO / '.build' / 'timings'
 LOGS = REPO / '.build' / 'logs'
 BUDGETS = REPO / 'tests' / 'budgets.yml'
 OVER = 1.25  # a step fails its budget beyond this ratio, on a quiet machine
+ANSI = re.compile(r'\x1b\[[0-9;]*m')
 QUIET_CORES = 0.3  # the CPU used outside the suite, averaged over the run, under which the machine counts as quiet
 
 
@@ -55,32 +57,41 @@ class Step:
     needs: tuple[str, ...] = ()
     command: tuple[str, ...] = ()  # instead of `make <target>` (the tests of this tool)
 
-    @property
-    def argv(self) -> list[str]:
-        return list(self.command) or ['make', '--no-print-directory', self.target]
+    def argv(self, prepared: list[str]) -> list[str]:
+        """`make <target>`, told not to remake what `make test` built before the lanes started (bootstrap, collection:
+        the collection tree is rebuilt from scratch, which would pull it from under a tier of the other lane) nor
+        what a prepare step of the plan builds (it ran before this step, on this lane or as a need)."""
+        if self.command:
+            return list(self.command)
+        old = [arg for target in ['bootstrap', 'collection'] + prepared if target != self.target for arg in ('-o', target)]
+        return ['make', '--no-print-directory'] + old + [self.target]
 
 
-# `make test`. The beside lane first builds what the later tiers need (the compat venv, the container image and the
-# collections the lint and container tiers read, the execution environment, the real SGLang environment: minutes of
-# unpacking on a fresh machine), then runs tiers whose time is mostly waiting on containers and servers.
+# `make test`. The tests lane runs the tiers that compute most (sanity, the simulated fleet's integration and
+# reliability tiers, the real server on the CPU) one after another. The beside lane first builds what later tiers need
+# (the collections lint and the container tiers read, the container image, the real SGLang environment, the compat
+# venv: minutes of package unpacking on a fresh machine, more disk than CPU), then runs the tiers that spend their time
+# waiting on containers, servers and ansible-runner: compat, containers, molecule, ee and awx. Two tiers never work in
+# the collection tree (.build) at once: compat waits for lint, which comes after sanity and units.
 PLANS: dict[str, list[Step]] = {
     'test': [
         Step('sanity', 'sanity'),
         Step('units', 'units'),
-        Step('prepare-compat', 'prepare-compat', 'beside'),
-        Step('prepare-containers', 'prepare-containers', 'beside'),
-        Step('prepare-ee', 'prepare-ee', 'beside', needs=('prepare-containers',)),
-        Step('prepare-real', 'prepare-real', 'beside'),
-        Step('compat', 'compat', needs=('prepare-compat',)),
-        Step('lint', 'lint'),
+        Step('lint', 'lint', needs=('prepare-collections',)),
         Step('integration', 'integration'),
         Step('reliability', 'reliability'),
         Step('contract', 'contract'),
-        Step('awx', 'awx'),
-        Step('containers', 'containers', 'beside', needs=('prepare-containers',)),
-        Step('molecule', 'molecule', 'beside', needs=('containers',)),
-        Step('ee', 'ee', 'beside', needs=('prepare-ee',)),
         Step('real', 'real', needs=('prepare-real',)),
+        Step('prepare-collections', 'prepare-collections', 'beside'),
+        Step('prepare-containers', 'prepare-containers', 'beside'),
+        Step('prepare-real', 'prepare-real', 'beside'),
+        Step('prepare-compat', 'prepare-compat', 'beside'),
+        Step('compat', 'compat', 'beside', needs=('lint',)),  # ansible-test and ansible-lint in .build, one at a time
+        Step('prepare-ee', 'prepare-ee', 'beside'),
+        Step('containers', 'containers', 'beside'),
+        Step('molecule', 'molecule', 'beside'),
+        Step('ee', 'ee-jobs', 'beside'),
+        Step('awx', 'awx', 'beside'),
     ],
     'check': [
         Step('sanity', 'sanity'),
@@ -133,10 +144,11 @@ def _last_line(log: Path) -> str:
         lines = [line.strip() for line in log.read_text(errors='replace').splitlines() if line.strip()]
     except OSError:
         return ''
+    lines = [ANSI.sub('', line) for line in lines]
     for line in reversed(lines):
         if ' passed' in line or ' failed' in line:
-            return line.strip('= ')
-    return lines[-1][:160] if lines else ''
+            return line.strip('= ')[:120]
+    return lines[-1][:120] if lines else ''
 
 
 def _run_step(run: Run, step: Step, origin: float) -> None:
@@ -144,7 +156,7 @@ def _run_step(run: Run, step: Step, origin: float) -> None:
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / ('%s.log' % step.name)
     result.log = str(log.relative_to(REPO))
-    argv = step.argv
+    argv = step.argv([s.target for s in run.plan if s.name.startswith('prepare-')])
     result.start = time.monotonic() - origin
     started = time.monotonic()
     # Output goes to the log (a file never blocks a step, nor does a process it leaves behind); the tests lane's
@@ -190,10 +202,11 @@ def _follow(log: Path, proc: subprocess.Popen) -> None:
 
 def _lane(run: Run, steps: list[Step], origin: float) -> None:
     for step in steps:
+        needs = [n for n in step.needs if n in run.results]  # with --only, a need left out counts as met
         with run.lock:
-            while not run.stopped and any(run.results[n].status == 'not run' for n in step.needs):
+            while not run.stopped and any(run.results[n].status == 'not run' for n in needs):
                 run.done.wait()
-            if run.stopped or any(run.results[n].status != 'passed' for n in step.needs):
+            if run.stopped or any(run.results[n].status != 'passed' for n in needs):
                 return
         _run_step(run, step, origin)
 
