@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -210,15 +211,15 @@ def test_a_ctrl_c_reaches_every_running_step_and_the_run_fails_once_they_exit(tm
     )
     proc = subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        for _ in range(600):
+        for tries in range(600):  # both steps started, within 30 s
             if started.exists() and len(started.read_text().split()) == 2:
                 break
-            assert proc.poll() is None, proc.communicate()[0]
-            subprocess.run(['sleep', '0.05'], check=True)
+            assert proc.poll() is None and tries < 599, proc.communicate()[0]
+            time.sleep(0.05)
         shells = [int(pid) for pid in started.read_text().split()]
         assert len(shells) == 2
         os.killpg(proc.pid, 2)
-        out, _ = proc.communicate(timeout=60)
+        out = proc.communicate(timeout=60)[0]
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)

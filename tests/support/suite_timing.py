@@ -25,6 +25,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -34,7 +35,7 @@ _COMMANDS = ('ansible-playbook', 'ansible', 'ansible-runner')
 class _Recorder:
     def __init__(self, prefix: str, worker: str) -> None:
         self.path = Path('%s.%s.jsonl' % (prefix, worker))
-        self.out = None
+        self.out: TextIO | None = None
         self.nodeid = ''
         self.phase = 'collect'
 
@@ -42,8 +43,9 @@ class _Recorder:
         if self.out is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.out = self.path.open('a', encoding='utf-8')
-        self.out.write(json.dumps(record, sort_keys=True) + '\n')
-        self.out.flush()
+        out = self.out
+        out.write(json.dumps(record, sort_keys=True) + '\n')
+        out.flush()
 
 
 _RECORDER: _Recorder | None = None

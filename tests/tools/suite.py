@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) gpufleet.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -235,11 +234,11 @@ def judge(steps: list[dict], budgets: dict[str, dict], outside_cores: float) -> 
     rows = ['%-20s %-7s %8s %8s %8s  %s' % ('STEP', 'LANE', 'START', 'WALL', 'BUDGET', 'RESULT')]
     over = []
     for step in steps:
-        budget = budgets.get(step['name'], {}).get('seconds')
+        budget: float | None = budgets.get(step['name'], {}).get('seconds')
         mark = step['status']
         if step['status'] == 'passed' and budget is None:
             over.append('%s: no budget in tests/budgets.yml' % step['name'])
-        elif step['status'] == 'passed' and step['seconds'] > OVER * budget:
+        elif step['status'] == 'passed' and budget is not None and step['seconds'] > OVER * budget:
             percent = round(100 * (step['seconds'] / budget - 1))
             over.append('%s took %s, over its budget of %s by %d%%' % (step['name'], clock(step['seconds']), clock(budget), percent))
             mark += ', OVER BUDGET'
@@ -306,7 +305,7 @@ def run_plan(plan: list[Step], name: str, budgets: dict[str, dict]) -> int:
         old.unlink()
     origin = time.monotonic()
     busy0, own0 = _busy_cpu_seconds(), _own_cpu_seconds()
-    lanes = collections.OrderedDict()
+    lanes: dict[str, list[Step]] = {}
     for step in plan:
         lanes.setdefault(step.lane, []).append(step)
     threads = [threading.Thread(target=_lane, args=(run, steps, origin), name=lane) for lane, steps in lanes.items()]
@@ -355,10 +354,9 @@ def report(directory: Path, top: int) -> list[str]:
         tests = {r['nodeid'] for r in phases}
         total = sum(r['seconds'] for r in phases)
         runs = [r for r in records if r['kind'] == 'run']
-        lines.append(
-            '== %s: %d tests, %s in tests (setup %s, call %s, teardown %s), summed over workers'
-            % (tier, len(tests), clock(total), *(clock(sum(r['seconds'] for r in phases if r['phase'] == p)) for p in ('setup', 'call', 'teardown')))
-        )
+        setup, call, teardown = (clock(sum(r['seconds'] for r in phases if r['phase'] == p)) for p in ('setup', 'call', 'teardown'))
+        heading = '== %s: %d tests, %s in tests (setup %s, call %s, teardown %s), summed over workers'
+        lines.append(heading % (tier, len(tests), clock(total), setup, call, teardown))
         per_file: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0, 0, 0.0])
         for r in phases:
             entry = per_file[r['nodeid'].split('::', 1)[0]]
