@@ -44,6 +44,7 @@ TIMINGS = REPO / '.build' / 'timings'
 LOGS = REPO / '.build' / 'logs'
 BUDGETS = REPO / 'tests' / 'budgets.yml'
 OVER = 1.25  # a step fails its budget beyond this ratio, on a quiet machine
+_OUT = threading.Lock()  # one writer at a time on stdout
 ANSI = re.compile(r'\x1b\[[0-9;]*m')
 QUIET_CORES = 0.3  # the CPU used outside the suite, averaged over the run, under which the machine counts as quiet
 
@@ -181,22 +182,33 @@ def _run_step(run: Run, step: Step, origin: float) -> None:
     if rc != 0 and step.lane != 'tests':
         tail = log.read_text(errors='replace').splitlines()[-80:]
         say('the last %d lines of %s:' % (len(tail), result.log))
-        print('\n'.join(tail), flush=True)
+        _print(('\n'.join(tail) + '\n').encode(errors='replace'))
 
 
 def _follow(log: Path, proc: subprocess.Popen) -> None:
     """Copies what the step writes to its log onto stdout until the step has exited."""
+    pending = b''
     with log.open('rb') as src:
         while True:
             exited = proc.poll() is not None
             chunk = src.read(65536)
             if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
+                # Whole lines only, so that the other lane's [suite] lines fall between them.
+                lines, _, pending = (pending + chunk).rpartition(b'\n')
+                if lines:
+                    _print(lines + b'\n')
             elif exited:
+                if pending:
+                    _print(pending + b'\n')
                 return
             else:
                 time.sleep(0.2)
+
+
+def _print(data: bytes) -> None:
+    with _OUT:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
 
 
 def _lane(run: Run, steps: list[Step], origin: float) -> None:
@@ -211,7 +223,7 @@ def _lane(run: Run, steps: list[Step], origin: float) -> None:
 
 
 def say(text: str) -> None:
-    print('[suite] %s' % text, flush=True)
+    _print(('[suite] %s\n' % text).encode())
 
 
 def clock(seconds: float) -> str:
