@@ -21,6 +21,7 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'fast(*modules): one of the quick tests `make check` runs; names the modules it runs (each module at least once)')
 
 
+@pytest.hookimpl(trylast=True)  # after -m and --deselect: what is left must still run every module
 def pytest_collection_modifyitems(config, items):
     """`-m fast` (make check) must still run every module of plugins/modules: a module no fast test names fails collection."""
     if config.option.markexpr != 'fast':

@@ -229,3 +229,15 @@ def test_a_ctrl_c_reaches_every_running_step_and_the_run_fails_once_they_exit(tm
         assert (tmp_path / 'logs' / ('%s.log' % name)).read_text() == 'interrupted' + chr(10)
     for pid in shells:
         assert not Path('/proc/%d' % pid).exists()
+
+
+def test_the_fast_tests_of_make_check_run_every_module():
+    """`-m fast` fails at collection when a module of plugins/modules is named by no fast test left (conftest.py)."""
+    argv = [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '--collect-only', '-q', '-m', 'fast', 'tests/integration']
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    fast = [line for line in out.stdout.splitlines() if '::' in line]
+    assert 6 <= len(fast) <= 12, fast  # each module once, not the tier again
+    gpu_info = next(line for line in fast if 'test_gpu_info_' in line)
+    out = subprocess.run(argv + ['--deselect', gpu_info], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode != 0 and 'no fast test runs gpu_info' in out.stdout + out.stderr, out.stdout[-3000:] + out.stderr[-3000:]
