@@ -241,3 +241,53 @@ def test_the_fast_tests_of_make_check_run_every_module():
     gpu_info = next(line for line in fast if 'test_gpu_info_' in line)
     out = subprocess.run(argv + ['--deselect', gpu_info], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode != 0 and 'no fast test runs gpu_info' in out.stdout + out.stderr, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_what_a_step_leaves_running_is_adopted_and_its_cpu_counts_as_the_suites(tmp_path):
+    """A server started with setsid outlives its step: the suite adopts it (subreaper), reaps it, and counts its CPU."""
+    burner = 'import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n'
+    # The step starts a middle process that starts the burner in a session of its own and exits at once: the
+    # burner is an orphan. The step waits, not as its parent, for the burner's end.
+    step = textwrap.dedent(
+        """
+        import os, subprocess, sys, time
+        middle = subprocess.Popen([sys.executable, '-c', %r], stdout=subprocess.PIPE, text=True)
+        pid = int(middle.communicate()[0])
+        def ended():
+            try:
+                return open('/proc/%%d/stat' %% pid).read().rsplit(')', 1)[1].split()[0] == 'Z'
+            except OSError:
+                return True
+        for _ in range(600):
+            if ended():
+                break
+            time.sleep(0.05)
+        """
+        % ('import subprocess, sys; print(subprocess.Popen([sys.executable, "-c", %r], start_new_session=True).pid)' % burner)
+    )
+    script = textwrap.dedent(
+        """
+        import json, sys
+        STEP = %r
+        sys.path.insert(0, %r)
+        import suite
+        from pathlib import Path
+        root = Path(%r)
+        suite.LOGS, suite.TIMINGS, suite.REPO = root / 'logs', root / 'timings', root
+        plan = [suite.Step('a', 'a', command=(sys.executable, '-c', STEP))]
+        rc = suite.run_plan(plan, 't', dict(a=dict(seconds=60, why='t')), adopt_orphans=%s)
+        record = json.loads((root / 'timings' / 'steps.json').read_text())
+        print('OWN', record['own_cores'] * record['wall'])
+        sys.exit(rc)
+        """
+    )
+    own = {}
+    for adopt in (True, False):
+        root = tmp_path / str(adopt)
+        root.mkdir()
+        out = subprocess.run(
+            [sys.executable, '-c', script % (step, str(REPO / 'tests' / 'tools'), str(root), adopt)], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        own[adopt] = float(out.stdout.split('OWN ')[1].split()[0])
+    assert own[True] >= 1.4 and own[False] < own[True] - 1.0, own
