@@ -45,10 +45,14 @@ def free_port() -> int:
     an outgoing connection of anything on the machine (a load generator, the router, the other pytest worker) could
     take it as its local port in that window, so that the server's next bind fails with EADDRINUSE, now and then.
     Each pytest-xdist worker takes its own slice of the ports below that range, at a random place in it, so two
-    workers never give out the same port either."""
+    workers never give out the same port either; under make test, each lane's tiers their own part of the range
+    (GPUFLEET_PORT_LANE of GPUFLEET_PORT_LANES, set by tests/tools/suite.py)."""
     top = _ephemeral_lowest()
     count = max(1, int(os.environ.get('PYTEST_XDIST_WORKER_COUNT') or 1))
-    span = (top - _LOWEST) // count
+    # make test runs two tiers at once (tests/tools/suite.py): each lane has its own share of the range.
+    lanes = max(1, int(os.environ.get('GPUFLEET_PORT_LANES') or 1))
+    lane = int(os.environ.get('GPUFLEET_PORT_LANE') or 0) % lanes
+    span = (top - _LOWEST) // (count * lanes)
     if span < 500:
         # No room below the ephemeral range on this machine: a port the kernel picks, as before.
         while True:
@@ -59,7 +63,7 @@ def free_port() -> int:
                 _GIVEN.add(port)
                 return port
     worker = os.environ.get('PYTEST_XDIST_WORKER') or 'gw0'
-    low = _LOWEST + (int(worker[2:]) % count if worker[2:].isdigit() else 0) * span
+    low = _LOWEST + (lane * count + (int(worker[2:]) % count if worker[2:].isdigit() else 0)) * span
     first = random.randrange(span)  # noqa: S311 (not a secret: two runs side by side rarely start at the same place)
     for step in range(span):
         port = low + (first + step) % span

@@ -168,7 +168,9 @@ def _run_step(run: Run, step: Step, origin: float) -> None:
         # Started and registered under the lock: the orphan reaper never sees it unregistered, and a signal that
         # stopped the run meanwhile is passed on to it as to the others.
         with run.lock:
-            proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, process_group=0)
+            lanes = sorted({s.lane for s in run.plan}, key=lambda lane: lane != 'tests')
+            env = dict(os.environ, GPUFLEET_PORT_LANES=str(len(lanes)), GPUFLEET_PORT_LANE=str(lanes.index(step.lane)))
+            proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, process_group=0)
             run.running[step.name] = proc
             if run.signum:
                 os.killpg(proc.pid, run.signum)
