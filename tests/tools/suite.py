@@ -12,15 +12,16 @@ Lanes. The `tests` lane runs the tiers one after another, printing their output 
 runs, at the same time, what shares nothing with them: building the environments and images the later tiers need
 (mostly disk and package unpacking, little CPU) and then tiers that wait more than they compute. A step that needs
 another waits for it; a step whose need failed is not run. Each step is `make <target>` in a process group of its
-own: a Ctrl-C (SIGINT to the terminal's group) or a SIGTERM is passed to every running step, the run waits for them
-to exit, and nothing is left behind. On the first failure no new step starts; the running ones finish.
+own: a Ctrl-C (SIGINT to the terminal's group) or a SIGTERM is passed to every running step, and the run waits for
+them to exit. On the first failure no new step starts; the running ones finish. Each lane's tiers give out loopback
+ports from their own part of the range (tests/support/net.py).
 
 Budgets. tests/budgets.yml gives each step its seconds of wall time and why. At the end the table prints each
 step's wall time beside its budget; a step over its budget by more than 25% fails the run when the machine was
 quiet: when the CPU time spent outside the suite's own processes, over the run, averaged under 0.3 cores (the
 suite's own is what its reaped processes used, from getrusage, the processes its steps leave running included: the
-suite is their subreaper; /proc/stat gives the machine's). On a loaded
-machine the overruns are printed and not judged. The table and its figures are kept in .build/timings/steps.json;
+suite is their subreaper; /proc/stat gives the machine's). On a loaded machine the overruns are printed and not
+judged. The table and its figures are kept in .build/timings/steps.json;
 the pytest tiers' records (tests/support/suite_timing.py) lie beside it for `report`.
 """
 
