@@ -204,9 +204,11 @@ def _follow(log: Path, proc: subprocess.Popen) -> None:
             chunk = src.read(65536)
             if chunk:
                 # Whole lines only, so that the other lane's [suite] lines fall between them.
-                lines, _, pending = (pending + chunk).rpartition(b'\n')
-                if lines:
-                    _print(lines + b'\n')
+                pending += chunk
+                cut = pending.rfind(b'\n') + 1
+                if cut:
+                    _print(pending[:cut])
+                    pending = pending[cut:]
             elif exited:
                 if pending:
                     _print(pending + b'\n')
