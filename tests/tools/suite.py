@@ -19,8 +19,8 @@ ports from their own part of the range (tests/support/net.py).
 Budgets. tests/budgets.yml gives each step its seconds of wall time and why. At the end the table prints each
 step's wall time beside its budget; a step over its budget by more than 25% fails the run when the machine was
 quiet: when the CPU time spent outside the suite's own processes, over the run, averaged under 0.3 cores (the
-suite's own is what its reaped processes used, from getrusage, the processes its steps leave running included: the
-suite is their subreaper; /proc/stat gives the machine's). On a loaded machine the overruns are printed and not
+suite's own is what its reaped processes used, from getrusage: what its steps leave running counts as outside, so a
+busy run may be called loaded, never the reverse; /proc/stat gives the machine's). On a loaded machine the overruns are printed and not
 judged. The table and its figures are kept in .build/timings/steps.json;
 the pytest tiers' records (tests/support/suite_timing.py) lie beside it for `report`.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import ctypes
 import json
 import os
 import re
@@ -166,8 +165,8 @@ def _run_step(run: Run, step: Step, origin: float) -> None:
     # Output goes to the log (a file never blocks a step, nor does a process it leaves behind); the tests lane's
     # log is followed onto stdout as it grows, as `make` would print it.
     with log.open('wb') as out:
-        # Started and registered under the lock: the orphan reaper never sees it unregistered, and a signal that
-        # stopped the run meanwhile is passed on to it as to the others.
+        # Started and registered under the lock: a signal that stopped the run meanwhile is passed on to it as to
+        # the others.
         with run.lock:
             lanes = sorted({s.lane for s in run.plan}, key=lambda lane: lane != 'tests')
             env = dict(os.environ, GPUFLEET_PORT_LANES=str(len(lanes)), GPUFLEET_PORT_LANE=str(lanes.index(step.lane)))
@@ -303,46 +302,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if unknown:
             raise SystemExit('--only: %s is not a step of %s (its steps: %s)' % (', '.join(unknown), args.plan, ', '.join(s.name for s in plan)))
         plan = [s for s in plan if s.name in args.only]
-    # Not adopted: as a subreaper the suite reaps an exited server up to 0.2 s late, and a reset that saw its zombie
-    # still on a simulated GPU refused to run (test_multinode_status, second fresh-clone run of 2026-12-07).
-    return run_plan(plan, args.plan, load_budgets(), adopt_orphans=False)
+    return run_plan(plan, args.plan, load_budgets())
 
 
-def _subreaper(on: bool) -> bool:
-    """prctl(PR_SET_CHILD_SUBREAPER): the processes our steps leave to run on their own (servers started with
-    setsid, podman's conmon and the containers under it) become our children when their parent exits, so that their
-    CPU time reaches our getrusage when they end, instead of counting as other work on the machine."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(36, 1 if on else 0, 0, 0, 0) == 0
-
-
-def _reap_orphans(run: Run) -> None:
-    """Reaps the adopted processes that have exited (zombies whose parent is us), never a step's own process:
-    its Popen waits for it. Under the run's lock, so that no step is being started meanwhile."""
-    me = os.getpid()
-    with run.lock:
-        steps = {proc.pid for proc in run.running.values()}
-        for entry in os.scandir('/proc'):
-            if not entry.name.isdigit() or int(entry.name) in steps:
-                continue
-            try:
-                fields = Path('/proc/%s/stat' % entry.name).read_text().rsplit(')', 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] == 'Z' and int(fields[1]) == me:
-                try:
-                    os.waitpid(int(entry.name), os.WNOHANG)
-                except ChildProcessError:
-                    pass
-
-
-def run_plan(plan: list[Step], name: str, budgets: dict[str, dict], adopt_orphans: bool = False) -> int:
-    """Runs the steps on their lanes; writes steps.json and prints the table; the exit status. With adopt_orphans
-    (the command line; never inside a test's process, which would keep the zombies) the suite is the subreaper of
-    what its steps leave running, and reaps it."""
+def run_plan(plan: list[Step], name: str, budgets: dict[str, dict]) -> int:
+    """Runs the steps on their lanes; writes steps.json and prints the table; the exit status."""
     run = Run(plan)
     stopped_by: list[str] = []
-    adopted = adopt_orphans and _subreaper(True)
 
     def forward(signum, _frame):
         stopped_by.append(signal.Signals(signum).name)
@@ -372,11 +338,6 @@ def run_plan(plan: list[Step], name: str, budgets: dict[str, dict], adopt_orphan
     while any(t.is_alive() for t in threads):
         for thread in threads:
             thread.join(timeout=0.2)
-        if adopted:
-            _reap_orphans(run)
-    if adopted:
-        _subreaper(False)
-        _reap_orphans(run)
     for sig, handler in previous.items():
         signal.signal(sig, handler)
     wall = time.monotonic() - origin
